@@ -78,4 +78,3 @@ func (r *Report) Finish() error {
 	_, err = fmt.Fprintf(r.w, "%s\n", b)
 	return err
 }
-

@@ -58,9 +58,9 @@ func newRowGroup(rows int, baseTS uint64, base []uint64, opts []Option) (*RowGro
 		words:     (rows + 63) / 64,
 		tileSize:  o.tileSize,
 		tileWords: o.tileSize / 64,
-		tiles:    make([]tile, (rows+o.tileSize-1)/o.tileSize),
-		empty:    &snapshot{baseTS: baseTS},
-		scratch:  make([]uint64, o.tileSize/64),
+		tiles:     make([]tile, (rows+o.tileSize-1)/o.tileSize),
+		empty:     &snapshot{baseTS: baseTS},
+		scratch:   make([]uint64, o.tileSize/64),
 	}
 	for g.tileSize>>g.tileShift > 1 {
 		g.tileShift++
