@@ -1,0 +1,54 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestReportLastLineIsOrderedJSON(t *testing.T) {
+	var out bytes.Buffer
+	r := NewReport(&out, "demo")
+	r.Printf("working %d", 1)
+	r.Set("b_figure", 2.5)
+	r.Set("a_figure", 7)
+	r.Set("b_figure", 3.5) // replaced in place, not appended
+	if err := r.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if lines[0] != "working 1" {
+		t.Fatalf("first line %q", lines[0])
+	}
+	last := lines[len(lines)-1]
+	var got map[string]any
+	if err := json.Unmarshal([]byte(last), &got); err != nil {
+		t.Fatalf("last line is not JSON: %q: %v", last, err)
+	}
+	if got["benchmark"] != "demo" || got["b_figure"] != 3.5 || got["a_figure"] != 7.0 {
+		t.Fatalf("figures: %v", got)
+	}
+	if strings.Index(last, `"b_figure"`) > strings.Index(last, `"a_figure"`) {
+		t.Fatalf("keys not in the order set: %s", last)
+	}
+}
+
+func TestVisibilityBenchSmall(t *testing.T) {
+	cfg := DefaultVisibilityConfig()
+	cfg.Deletes, cfg.DeleteRows, cfg.MemoryRows, cfg.BitmapRows = 20_000, 40_960, 409_600, 40_960
+	var out bytes.Buffer
+	r := NewReport(&out, "visibility")
+	if err := Visibility(t.Context(), r, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"deletes_per_sec", "bitmap_ns_per_tile_clean", "bitmap_ns_per_tile_64pending", "bits_per_tuple_after_gc", "tile_size"} {
+		v, ok := r.Get(k)
+		if !ok {
+			t.Fatalf("figure %s missing:\n%s", k, out.String())
+		}
+		if f, isFloat := v.(float64); isFloat && f <= 0 {
+			t.Fatalf("figure %s = %v", k, v)
+		}
+	}
+}
