@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/retinadb/retina/internal/bench"
 )
@@ -11,33 +14,37 @@ func newBenchCommand() *cobra.Command {
 		Use:   "bench <name>",
 		Short: "Run a named benchmark; the last line of output is one JSON object of figures",
 	}
-	cmd.AddCommand(newVisibilityBenchCommand())
+	cmd.AddCommand(
+		benchSubcommand("visibility", "Tile visibility: delete throughput, bitmap latency, memory per tuple after GC",
+			bench.DefaultVisibilityConfig(), visibilityFlags, bench.Visibility),
+		benchSubcommand("txn", "Transaction service: begin/commit and query throughput in process and over gRPC, reservation latency",
+			bench.DefaultTxnConfig(), txnFlags, bench.Txn),
+	)
 	return cmd
 }
 
-// runReport runs one benchmark and prints its JSON line.
-func runReport(cmd *cobra.Command, name string, run func(*bench.Report) error) error {
-	r := bench.NewReport(cmd.OutOrStdout(), name)
-	r.Printf("retina bench %s", name)
-	if err := run(r); err != nil {
-		return err
-	}
-	return r.Finish()
-}
-
-func newVisibilityBenchCommand() *cobra.Command {
-	cfg := bench.DefaultVisibilityConfig()
+// benchSubcommand makes `retina bench <name>`: flags fill a config, run
+// fills a report, and the report's JSON is the last line printed.
+func benchSubcommand[C any](name, short string, cfg C, flags func(*pflag.FlagSet, *C),
+	run func(context.Context, *bench.Report, C) error) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "visibility",
-		Short: "Tile visibility: delete throughput, bitmap latency, memory per tuple after GC",
+		Use:   name,
+		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runReport(cmd, "visibility", func(r *bench.Report) error {
-				return bench.Visibility(cmd.Context(), r, cfg)
-			})
+			r := bench.NewReport(cmd.OutOrStdout(), name)
+			r.Printf("retina bench %s", name)
+			if err := run(cmd.Context(), r, cfg); err != nil {
+				return err
+			}
+			return r.Finish()
 		},
 	}
-	f := cmd.Flags()
+	flags(cmd.Flags(), &cfg)
+	return cmd
+}
+
+func visibilityFlags(f *pflag.FlagSet, cfg *bench.VisibilityConfig) {
 	f.IntVar(&cfg.TileSize, "tile-size", cfg.TileSize, "tuples per tile (power of two, 64..4096)")
 	f.IntVar(&cfg.Deletes, "deletes", cfg.Deletes, "deletes timed for deletes_per_sec")
 	f.IntVar(&cfg.DeleteRows, "delete-rows", cfg.DeleteRows, "row-group size the deletes spread over")
@@ -45,5 +52,12 @@ func newVisibilityBenchCommand() *cobra.Command {
 	f.Float64Var(&cfg.DeletedPct, "deleted-pct", cfg.DeletedPct, "percent of tuples deleted for the memory figure")
 	f.IntVar(&cfg.BitmapRows, "bitmap-rows", cfg.BitmapRows, "row-group size for the bitmap timings")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
-	return cmd
+}
+
+func txnFlags(f *pflag.FlagSet, cfg *bench.TxnConfig) {
+	f.IntVar(&cfg.Group, "group", cfg.Group, "timestamps per group begin")
+	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "time per throughput figure")
+	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "goroutines for the in-process figures (0 = GOMAXPROCS)")
+	f.IntVar(&cfg.RPCWorkers, "rpc-workers", cfg.RPCWorkers, "goroutines calling through the gRPC client")
+	f.IntVar(&cfg.Reserves, "reserves", cfg.Reserves, "range reservations timed per store")
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestReportLastLineIsOrderedJSON(t *testing.T) {
@@ -49,6 +50,22 @@ func TestVisibilityBenchSmall(t *testing.T) {
 		}
 		if f, isFloat := v.(float64); isFloat && f <= 0 {
 			t.Fatalf("figure %s = %v", k, v)
+		}
+	}
+}
+
+func TestTxnBenchSmall(t *testing.T) {
+	cfg := DefaultTxnConfig()
+	cfg.Duration, cfg.Reserves, cfg.RPCWorkers = 200*time.Millisecond, 5, 8
+	var out bytes.Buffer
+	r := NewReport(&out, "txn")
+	if err := Txn(t.Context(), r, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"inproc_begin_commit_per_sec", "inproc_query_begin_end_per_sec", "grpc_begin_commit_per_sec", "etcd_reserve_ms"} {
+		v, ok := r.Get(k)
+		if f, isFloat := v.(float64); !ok || !isFloat || f <= 0 {
+			t.Fatalf("figure %s = %v:\n%s", k, v, out.String())
 		}
 	}
 }
