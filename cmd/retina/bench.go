@@ -19,6 +19,8 @@ func newBenchCommand() *cobra.Command {
 			bench.DefaultVisibilityConfig(), visibilityFlags, bench.Visibility),
 		benchSubcommand("txn", "Transaction service: begin/commit and query throughput in process and over gRPC, reservation latency",
 			bench.DefaultTxnConfig(), txnFlags, bench.Txn),
+		benchSubcommand("index", "Index service: updates and lookups at random keys, Pebble and memory backends",
+			bench.DefaultIndexConfig(), indexFlags, bench.Index),
 	)
 	return cmd
 }
@@ -60,4 +62,12 @@ func txnFlags(f *pflag.FlagSet, cfg *bench.TxnConfig) {
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "goroutines for the in-process figures (0 = GOMAXPROCS)")
 	f.IntVar(&cfg.RPCWorkers, "rpc-workers", cfg.RPCWorkers, "goroutines calling through the gRPC client")
 	f.IntVar(&cfg.Reserves, "reserves", cfg.Reserves, "range reservations timed per store")
+}
+
+func indexFlags(f *pflag.FlagSet, cfg *bench.IndexConfig) {
+	f.IntVar(&cfg.Rows, "rows", cfg.Rows, "live keys loaded before timing")
+	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "time per figure")
+	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "goroutines, one bucket of keys each")
+	f.IntVar(&cfg.Batch, "batch", cfg.Batch, "updates or lookups per batch")
+	f.StringSliceVar(&cfg.Backends, "backends", cfg.Backends, "backends to measure (memory, pebble)")
 }

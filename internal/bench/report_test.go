@@ -69,3 +69,19 @@ func TestTxnBenchSmall(t *testing.T) {
 		}
 	}
 }
+
+func TestIndexBenchSmall(t *testing.T) {
+	cfg := DefaultIndexConfig()
+	cfg.Rows, cfg.Duration, cfg.Batch = 20_000, 200*time.Millisecond, 64
+	var out bytes.Buffer
+	r := NewReport(&out, "index")
+	if err := Index(t.Context(), r, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"pebble_updates_per_sec", "memory_updates_per_sec", "pebble_lookups_per_sec", "memory_lookups_per_sec", "memory_bytes_per_key"} {
+		v, ok := r.Get(k)
+		if f, isFloat := v.(float64); !ok || !isFloat || f <= 0 {
+			t.Fatalf("figure %s = %v:\n%s", k, v, out.String())
+		}
+	}
+}

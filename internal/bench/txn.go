@@ -112,19 +112,19 @@ func Txn(ctx context.Context, r *Report, cfg TxnConfig) error {
 	return nil
 }
 
-// runWorkers runs op in n goroutines for d and returns how many units the
-// ops reported per second.
-func runWorkers(ctx context.Context, n int, d time.Duration, op func(context.Context) (int, error)) (float64, error) {
+// runWorkers runs op in n goroutines (w = 0..n-1) for d and returns how many
+// units the ops reported per second.
+func runWorkers(ctx context.Context, n int, d time.Duration, op func(ctx context.Context, w int) (int, error)) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var total atomic.Int64
 	var wg sync.WaitGroup
 	errc := make(chan error, n)
 	start := time.Now()
-	for range n {
+	for w := range n {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				units, err := op(ctx)
+				units, err := op(ctx, w)
 				if err != nil {
 					if ctx.Err() == nil {
 						errc <- err
@@ -145,7 +145,7 @@ func runWorkers(ctx context.Context, n int, d time.Duration, op func(context.Con
 }
 
 func beginCommitRate(ctx context.Context, svc txn.Service, group, workers int, d time.Duration) (float64, error) {
-	return runWorkers(ctx, workers, d, func(ctx context.Context) (int, error) {
+	return runWorkers(ctx, workers, d, func(ctx context.Context, _ int) (int, error) {
 		rg, err := svc.BeginMirror(ctx, group)
 		if err != nil {
 			return 0, err
@@ -160,7 +160,7 @@ func beginCommitRate(ctx context.Context, svc txn.Service, group, workers int, d
 }
 
 func queryRate(ctx context.Context, svc txn.Service, workers int, d time.Duration) (float64, error) {
-	return runWorkers(ctx, workers, d, func(ctx context.Context) (int, error) {
+	return runWorkers(ctx, workers, d, func(ctx context.Context, _ int) (int, error) {
 		q, err := svc.BeginQuery(ctx)
 		if err != nil {
 			return 0, err

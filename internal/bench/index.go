@@ -1,0 +1,225 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/retinadb/retina/internal/index"
+	"github.com/retinadb/retina/internal/types"
+)
+
+// IndexConfig sizes the index benchmark.
+type IndexConfig struct {
+	Rows     int           // live keys loaded before timing
+	Duration time.Duration // per timed figure
+	Workers  int           // goroutines, each owning a bucket of keys
+	Batch    int           // updates or lookups per batch
+	Backends []string      // "pebble", "memory"
+}
+
+// DefaultIndexConfig runs 10M keys on both backends in under a minute.
+func DefaultIndexConfig() IndexConfig {
+	return IndexConfig{Rows: 10_000_000, Duration: 3 * time.Second, Workers: 4, Batch: 512, Backends: []string{"memory", "pebble"}}
+}
+
+const benchIndexID = 1
+
+func defineBenchIndex(s *index.Store) error {
+	return s.Define(index.Def{ID: benchIndexID, Name: "pk", Columns: []types.Type{types.Of(types.Int64)}, Unique: true})
+}
+
+// Index measures updates (Lookup + Tombstone + Put, the replayer's unit of
+// work on a key) and lookups at uniformly random keys over Rows live keys.
+func Index(ctx context.Context, r *Report, cfg IndexConfig) error {
+	r.Set("rows", cfg.Rows)
+	r.Set("workers", cfg.Workers)
+	r.Set("batch", cfg.Batch)
+	for _, backend := range cfg.Backends {
+		if err := indexBackend(ctx, r, cfg, backend); err != nil {
+			return fmt.Errorf("%s: %w", backend, err)
+		}
+	}
+	return nil
+}
+
+func indexBackend(ctx context.Context, r *Report, cfg IndexConfig, backend string) error {
+	dir, err := os.MkdirTemp("", "retina-bench-index-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	quiet := slog.New(slog.DiscardHandler)
+	open := func(noSync bool) (*index.Store, error) {
+		s, err := index.Open(index.Config{Backend: backend, Dir: dir, NoSync: noSync, Logger: quiet})
+		if err != nil {
+			return nil, err
+		}
+		return s, defineBenchIndex(s)
+	}
+	heapBefore := heapInUse()
+	// Load without per-batch fsync (the bulk load is not what is timed), then
+	// reopen Pebble with its durable default.
+	s, err := open(true)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := loadKeys(ctx, s, cfg.Rows); err != nil {
+		s.Close()
+		return err
+	}
+	if err := s.Sync(); err != nil {
+		s.Close()
+		return err
+	}
+	r.Printf("%s: loaded %d keys in %.1fs", backend, cfg.Rows, time.Since(start).Seconds())
+	if backend == "memory" {
+		perKey := float64(heapInUse()-heapBefore) / float64(cfg.Rows)
+		r.Printf("memory: %.1f bytes per live key (heap)", perKey)
+		r.Set("memory_bytes_per_key", math.Round(perKey*10)/10)
+	} else {
+		if err := s.Close(); err != nil {
+			return err
+		}
+		if s, err = open(false); err != nil {
+			return err
+		}
+	}
+	defer s.Close()
+
+	var clock atomic.Uint64
+	clock.Store(1) // the load wrote at 1
+	// An update as the replayer does it: one checked Replace per key, which
+	// looks the key up and writes the new version in one step.
+	muts := make([][]index.Mutation, cfg.Workers)
+	ups, err := runBuckets(ctx, cfg, &clock, func(w int, rng *rand.Rand, ts uint64, keys []index.Key, _ []index.Found) (int, error) {
+		if err := fillKeys(s, rng, w, cfg, keys); err != nil {
+			return 0, err
+		}
+		ms := muts[w][:0]
+		for _, k := range keys {
+			ms = append(ms, index.Mutation{Key: k, TS: ts, Kind: index.Replace, RowID: ts})
+		}
+		muts[w] = ms
+		failed, err := s.Mutate(ctx, ms)
+		if failed > 0 {
+			return 0, fmt.Errorf("%d updates of live keys failed: %v", failed, firstErr(ms))
+		}
+		return len(keys), err
+	})
+	if err != nil {
+		return err
+	}
+	r.Printf("%s: %.0fK updates/s (checked replace: lookup + new version in one call, %d goroutines, batches of %d%s)", backend, ups/1e3, cfg.Workers, cfg.Batch, syncNote(backend))
+	r.Set(backend+"_updates_per_sec", math.Round(ups))
+
+	// The same work as three separate calls: LookupBatch, then a batch of
+	// tombstones and puts.
+	ups3, err := runBuckets(ctx, cfg, &clock, func(w int, rng *rand.Rand, ts uint64, keys []index.Key, found []index.Found) (int, error) {
+		if err := fillKeys(s, rng, w, cfg, keys); err != nil {
+			return 0, err
+		}
+		if err := s.LookupBatch(ctx, keys, ts, found); err != nil {
+			return 0, err
+		}
+		var b index.Batch
+		for i, k := range keys {
+			if !found[i].OK {
+				return 0, fmt.Errorf("key %x not found at %d", k.Bytes(), ts)
+			}
+			b.Tombstone(k, ts, 0)
+			b.Put(k, ts, ts)
+		}
+		return len(keys), s.Apply(ctx, &b)
+	})
+	if err != nil {
+		return err
+	}
+	r.Printf("%s: %.0fK updates/s as LookupBatch + Apply(tombstone, put)", backend, ups3/1e3)
+	r.Set(backend+"_updates_per_sec_3calls", math.Round(ups3))
+
+	lookups, err := runBuckets(ctx, cfg, &clock, func(w int, rng *rand.Rand, ts uint64, keys []index.Key, found []index.Found) (int, error) {
+		if err := fillKeys(s, rng, w, cfg, keys); err != nil {
+			return 0, err
+		}
+		return len(keys), s.LookupBatch(ctx, keys, ts, found)
+	})
+	if err != nil {
+		return err
+	}
+	r.Printf("%s: %.0fK lookups/s", backend, lookups/1e3)
+	r.Set(backend+"_lookups_per_sec", math.Round(lookups))
+	return nil
+}
+
+func syncNote(backend string) string {
+	if backend == "pebble" {
+		return ", every batch fsynced"
+	}
+	return ""
+}
+
+// loadKeys puts keys 0..rows-1 at timestamp 1, row id = key.
+func loadKeys(ctx context.Context, s *index.Store, rows int) error {
+	var b index.Batch
+	for i := range rows {
+		k, err := s.Key(benchIndexID, int64(i))
+		if err != nil {
+			return err
+		}
+		b.Put(k, 1, uint64(i))
+		if b.Len() == 10_000 || i == rows-1 {
+			if err := s.Apply(ctx, &b); err != nil {
+				return err
+			}
+			b.Reset()
+		}
+	}
+	return nil
+}
+
+// fillKeys draws uniformly random keys of worker w's bucket (key % workers).
+func fillKeys(s *index.Store, rng *rand.Rand, w int, cfg IndexConfig, keys []index.Key) error {
+	for i := range keys {
+		k := rng.IntN(cfg.Rows/cfg.Workers)*cfg.Workers + w
+		var err error
+		if keys[i], err = s.AppendKey(keys[i].Bytes(), benchIndexID, int64(k)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runBuckets runs one goroutine per bucket for cfg.Duration; each batch takes
+// the next timestamp from clock, as mirror transactions do. It returns units
+// per second.
+func runBuckets(ctx context.Context, cfg IndexConfig, clock *atomic.Uint64, batch func(w int, rng *rand.Rand, ts uint64, keys []index.Key, found []index.Found) (int, error)) (float64, error) {
+	type worker struct {
+		rng   *rand.Rand
+		keys  []index.Key
+		found []index.Found
+	}
+	ws := make([]worker, cfg.Workers)
+	for w := range ws {
+		ws[w] = worker{rng: rand.New(rand.NewPCG(uint64(w), 77)), keys: make([]index.Key, cfg.Batch), found: make([]index.Found, cfg.Batch)}
+	}
+	return runWorkers(ctx, cfg.Workers, cfg.Duration, func(_ context.Context, w int) (int, error) {
+		st := &ws[w]
+		return batch(w, st.rng, clock.Add(1), st.keys, st.found)
+	})
+}
+
+func firstErr(ms []index.Mutation) error {
+	for _, m := range ms {
+		if m.Err != nil {
+			return m.Err
+		}
+	}
+	return nil
+}

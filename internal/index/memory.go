@@ -1,0 +1,381 @@
+package index
+
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"math"
+	"slices"
+	"sync"
+)
+
+// tombVal marks a tombstone version; real row ids are below it.
+const tombVal = math.MaxUint64
+
+type version struct {
+	ts  uint64
+	val uint64 // row id, or tombVal
+}
+
+// slot holds an entry's two newest versions inline; older ones (an entry
+// updated several times since the last purge) spill to a side map. Slots
+// and short keys contain no pointers, so the garbage collector never scans
+// the big maps however many keys they hold.
+type slot struct {
+	last  version
+	prev  version // ts 0 when absent
+	spill bool    // versions older than prev are in the shard's spill map
+}
+
+// shortKeyLen is the longest entry kept as a fixed-size map key.
+const shortKeyLen = 23
+
+type shortKey [shortKeyLen + 1]byte // bytes, then the length
+
+func toShortKey(b []byte) (k shortKey, ok bool) {
+	if len(b) > shortKeyLen {
+		return k, false
+	}
+	copy(k[:], b)
+	k[shortKeyLen] = byte(len(b))
+	return k, true
+}
+
+func (k *shortKey) bytes() []byte { return k[:k[shortKeyLen]] }
+
+type memShard struct {
+	mu         sync.RWMutex
+	short      map[shortKey]slot
+	long       map[string]slot // entries longer than shortKeyLen
+	spillShort map[shortKey][]version
+	spillLong  map[string][]version
+}
+
+func (sh *memShard) getSpill(entry []byte) []version {
+	if k, ok := toShortKey(entry); ok {
+		return sh.spillShort[k]
+	}
+	return sh.spillLong[string(entry)]
+}
+
+func (sh *memShard) setSpill(entry []byte, vs []version) {
+	if k, ok := toShortKey(entry); ok {
+		if len(vs) == 0 {
+			delete(sh.spillShort, k)
+		} else {
+			sh.spillShort[k] = vs
+		}
+		return
+	}
+	if len(vs) == 0 {
+		delete(sh.spillLong, string(entry))
+	} else {
+		sh.spillLong[string(entry)] = vs
+	}
+}
+
+func (sh *memShard) get(entry []byte) (slot, bool) {
+	if k, ok := toShortKey(entry); ok {
+		s, found := sh.short[k]
+		return s, found
+	}
+	s, found := sh.long[string(entry)]
+	return s, found
+}
+
+func (sh *memShard) set(entry []byte, s slot) {
+	if k, ok := toShortKey(entry); ok {
+		sh.short[k] = s
+		return
+	}
+	sh.long[string(entry)] = s
+}
+
+func (sh *memShard) remove(entry []byte) {
+	if k, ok := toShortKey(entry); ok {
+		delete(sh.short, k)
+	} else {
+		delete(sh.long, string(entry))
+	}
+	sh.setSpill(entry, nil)
+}
+
+// all lists an entry's versions, oldest first.
+func (sh *memShard) all(entry []byte, s slot) []version {
+	var out []version
+	if s.spill {
+		out = append(out, sh.getSpill(entry)...)
+	}
+	if s.prev.ts != 0 {
+		out = append(out, s.prev)
+	}
+	return append(out, s.last)
+}
+
+// store writes a non-empty ascending version list back into slot form.
+func (sh *memShard) store(entry []byte, vs []version) {
+	s := slot{last: vs[len(vs)-1]}
+	if len(vs) > 1 {
+		s.prev = vs[len(vs)-2]
+	}
+	older := vs[:max(len(vs)-2, 0)]
+	sh.setSpill(entry, slices.Clone(older))
+	s.spill = len(older) > 0
+	sh.set(entry, s)
+}
+
+func (sh *memShard) at(entry []byte, s slot, ts uint64) (version, bool) {
+	switch {
+	case s.last.ts <= ts:
+		return s.last, true
+	case s.prev.ts != 0 && s.prev.ts <= ts:
+		return s.prev, true
+	case s.spill:
+		older := sh.getSpill(entry)
+		for i := len(older) - 1; i >= 0; i-- {
+			if older[i].ts <= ts {
+				return older[i], true
+			}
+		}
+	}
+	return version{}, false
+}
+
+// put adds or replaces the version at nv.ts; called with mu held.
+func (sh *memShard) put(entry []byte, nv version) (isNew bool) {
+	s, found := sh.get(entry)
+	switch {
+	case !found:
+		sh.set(entry, slot{last: nv})
+		return true
+	case nv.ts == s.last.ts:
+		s.last = nv
+		sh.set(entry, s)
+	case nv.ts > s.last.ts:
+		if s.prev.ts != 0 { // the usual next version: push prev down
+			sh.setSpill(entry, append(sh.getSpill(entry), s.prev))
+			s.spill = true
+		}
+		s.prev, s.last = s.last, nv
+		sh.set(entry, s)
+	default: // a third version, or one out of timestamp order
+		vs := sh.all(entry, s)
+		i, exact := slices.BinarySearchFunc(vs, nv.ts, func(v version, ts uint64) int {
+			switch {
+			case v.ts < ts:
+				return -1
+			case v.ts > ts:
+				return 1
+			}
+			return 0
+		})
+		if exact {
+			vs[i] = nv
+		} else {
+			vs = slices.Insert(vs, i, nv)
+		}
+		sh.store(entry, vs)
+	}
+	return false
+}
+
+// purgeEntry drops what no snapshot ≥ gcTS sees. It returns how many
+// versions went and whether the entry is gone.
+func (sh *memShard) purgeEntry(entry []byte, s slot, gcTS uint64) (int, bool) {
+	if s.prev.ts == 0 && !s.spill { // one version: only a tombstone ≤ gcTS goes
+		if s.last.ts <= gcTS && s.last.val == tombVal {
+			sh.remove(entry)
+			return 1, true
+		}
+		return 0, false
+	}
+	vs := sh.all(entry, s)
+	keep := -1 // newest version ≤ gcTS
+	for i, v := range vs {
+		if v.ts <= gcTS {
+			keep = i
+		}
+	}
+	if keep < 0 {
+		return 0, false
+	}
+	if vs[keep].val == tombVal {
+		keep++
+	}
+	if keep == 0 {
+		return 0, false
+	}
+	if keep == len(vs) {
+		sh.remove(entry)
+		return keep, true
+	}
+	sh.store(entry, vs[keep:])
+	return keep, false
+}
+
+const memShards = 256
+
+type prefixShard struct {
+	mu sync.RWMutex
+	m  map[string]map[uint64]struct{} // non-unique key → row ids with entries
+}
+
+// memorySPI is the in-memory backend: hash-sharded maps under RW locks.
+type memorySPI struct {
+	seed     maphash.Seed
+	shards   [memShards]memShard
+	prefixes [memShards]prefixShard
+}
+
+func newMemorySPI() *memorySPI {
+	s := &memorySPI{seed: maphash.MakeSeed()}
+	for i := range s.shards {
+		s.shards[i] = memShard{
+			short: map[shortKey]slot{}, long: map[string]slot{},
+			spillShort: map[shortKey][]version{}, spillLong: map[string][]version{},
+		}
+		s.prefixes[i].m = map[string]map[uint64]struct{}{}
+	}
+	return s
+}
+
+func (s *memorySPI) shard(b []byte) *memShard { return &s.shards[maphash.Bytes(s.seed, b)%memShards] }
+
+func (s *memorySPI) apply(ops []op) error {
+	for _, o := range ops {
+		val := o.rowID
+		if o.tomb {
+			val = tombVal
+		}
+		sh := s.shard(o.entry)
+		sh.mu.Lock()
+		isNew := sh.put(o.entry, version{o.ts, val})
+		sh.mu.Unlock()
+		if isNew && o.multi {
+			s.addPrefix(o.entry[:len(o.entry)-8], o.rowID)
+		}
+	}
+	return nil
+}
+
+func (s *memorySPI) mutate(muts []Mutation) error {
+	for i := range muts {
+		m := &muts[i]
+		sh := s.shard(m.Key.enc)
+		sh.mu.Lock()
+		var cur version
+		sl, found := sh.get(m.Key.enc)
+		if found {
+			cur, found = sh.at(m.Key.enc, sl, m.TS)
+		}
+		live := found && cur.val != tombVal
+		if nv, ok := m.check(cur.val, live); ok {
+			sh.put(m.Key.enc, nv)
+		}
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+func (s *memorySPI) addPrefix(prefix []byte, rowID uint64) {
+	ps := &s.prefixes[maphash.Bytes(s.seed, prefix)%memShards]
+	ps.mu.Lock()
+	set := ps.m[string(prefix)]
+	if set == nil {
+		set = map[uint64]struct{}{}
+		ps.m[string(prefix)] = set
+	}
+	set[rowID] = struct{}{}
+	ps.mu.Unlock()
+}
+
+func (s *memorySPI) lookup(entry []byte, ts uint64) (uint64, bool, error) {
+	sh := s.shard(entry)
+	sh.mu.RLock()
+	sl, ok := sh.get(entry)
+	var x version
+	if ok {
+		x, ok = sh.at(entry, sl, ts)
+	}
+	sh.mu.RUnlock()
+	if !ok || x.val == tombVal {
+		return 0, false, nil
+	}
+	return x.val, true, nil
+}
+
+func (s *memorySPI) lookupBatch(entries [][]byte, ts uint64, out []Found) error {
+	for i, e := range entries {
+		id, ok, _ := s.lookup(e, ts)
+		out[i] = Found{RowID: id, OK: ok}
+	}
+	return nil
+}
+
+func (s *memorySPI) scan(prefix []byte, ts uint64, fn func(uint64)) error {
+	ps := &s.prefixes[maphash.Bytes(s.seed, prefix)%memShards]
+	ps.mu.RLock()
+	ids := make([]uint64, 0, len(ps.m[string(prefix)]))
+	for id := range ps.m[string(prefix)] {
+		ids = append(ids, id)
+	}
+	ps.mu.RUnlock()
+	entry := append([]byte(nil), prefix...)
+	for _, id := range ids {
+		entry = appendRowID(entry[:len(prefix)], id)
+		if _, live, _ := s.lookup(entry, ts); live {
+			fn(id)
+		}
+	}
+	return nil
+}
+
+func (s *memorySPI) purge(gcTS uint64) (int, error) {
+	total := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		var gone [][]byte
+		sh.mu.Lock()
+		for k, sl := range sh.short {
+			n, empty := sh.purgeEntry(k.bytes(), sl, gcTS)
+			total += n
+			if empty {
+				gone = append(gone, slices.Clone(k.bytes()))
+			}
+		}
+		for k, sl := range sh.long {
+			n, empty := sh.purgeEntry([]byte(k), sl, gcTS)
+			total += n
+			if empty {
+				gone = append(gone, []byte(k))
+			}
+		}
+		sh.mu.Unlock()
+		for _, e := range gone {
+			s.dropPrefixEntry(e)
+		}
+	}
+	return total, nil
+}
+
+// dropPrefixEntry forgets a purged non-unique entry in its prefix set. For a
+// unique entry it finds nothing: prefixes start with a non-unique index id.
+func (s *memorySPI) dropPrefixEntry(entry []byte) {
+	if len(entry) < 12 {
+		return
+	}
+	prefix, id := entry[:len(entry)-8], binary.BigEndian.Uint64(entry[len(entry)-8:])
+	ps := &s.prefixes[maphash.Bytes(s.seed, prefix)%memShards]
+	ps.mu.Lock()
+	if set, ok := ps.m[string(prefix)]; ok {
+		delete(set, id)
+		if len(set) == 0 {
+			delete(ps.m, string(prefix))
+		}
+	}
+	ps.mu.Unlock()
+}
+
+func (s *memorySPI) sync() error  { return nil }
+func (s *memorySPI) close() error { return nil }
+
+func appendRowID(dst []byte, id uint64) []byte { return binary.BigEndian.AppendUint64(dst, id) }

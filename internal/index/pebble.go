@@ -1,0 +1,358 @@
+package index
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Pebble key layout:
+//
+//	'S' entry ^ts     → 8-byte row id, or empty for a tombstone
+//	'M' first         → n (4) file id (8) row group (4) offset (4)
+//
+// entry is the encoded key (plus the row id for non-unique indexes) and ts
+// is inverted so a key's versions sort newest first: one SeekGE to
+// entry ^ts lands on the newest version ≤ ts. Encoded keys are prefix-free,
+// so the bytes after entry are always exactly the 8 timestamp bytes.
+const (
+	pfxSPI = 'S'
+	pfxMI  = 'M'
+)
+
+type pebbleSPI struct {
+	db    *pebble.DB
+	cache interface{ Unref() }
+	wopt  *pebble.WriteOptions
+	log   *slog.Logger
+}
+
+func openPebble(cfg Config) (*pebbleSPI, error) {
+	if cfg.CacheBytes <= 0 {
+		cfg.CacheBytes = 512 << 20
+	}
+	if cfg.MemTableBytes == 0 {
+		cfg.MemTableBytes = 64 << 20
+	}
+	cache := pebble.NewCache(cfg.CacheBytes)
+	opts := &pebble.Options{
+		Cache:                       cache,
+		MemTableSize:                cfg.MemTableBytes,
+		MemTableStopWritesThreshold: 4,
+		L0CompactionThreshold:       4,
+		L0StopWritesThreshold:       24,
+		Logger:                      slogPebble{cfg.Logger},
+	}
+	opts.EnsureDefaults()
+	db, err := pebble.Open(cfg.Dir, opts)
+	if err != nil {
+		cache.Unref()
+		return nil, fmt.Errorf("index: open pebble at %s: %w", cfg.Dir, err)
+	}
+	wopt := pebble.Sync
+	if cfg.NoSync {
+		wopt = pebble.NoSync
+	}
+	return &pebbleSPI{db: db, cache: cache, wopt: wopt, log: cfg.Logger}, nil
+}
+
+func spiKey(dst, entry []byte, ts uint64) []byte {
+	dst = append(dst, pfxSPI)
+	dst = append(dst, entry...)
+	return binary.BigEndian.AppendUint64(dst, ^ts)
+}
+
+func (p *pebbleSPI) apply(ops []op) error {
+	b := p.db.NewBatch()
+	defer b.Close()
+	var key, val []byte
+	for _, o := range ops {
+		key = spiKey(key[:0], o.entry, o.ts)
+		val = val[:0]
+		if !o.tomb {
+			val = binary.BigEndian.AppendUint64(val, o.rowID)
+		}
+		if err := b.Set(key, val, nil); err != nil {
+			return fmt.Errorf("index: batch: %w", err)
+		}
+	}
+	if err := b.Commit(p.wopt); err != nil {
+		return fmt.Errorf("index: commit %d writes: %w", len(ops), err)
+	}
+	return nil
+}
+
+// upperBound is the smallest key greater than every key with prefix p.
+func upperBound(p []byte) []byte {
+	up := bytes.Clone(p)
+	for i := len(up) - 1; i >= 0; i-- {
+		if up[i] != 0xFF {
+			up[i]++
+			return up[:i+1]
+		}
+	}
+	return nil
+}
+
+func (p *pebbleSPI) lookup(entry []byte, ts uint64) (uint64, bool, error) {
+	lower := append([]byte{pfxSPI}, entry...)
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upperBound(lower)})
+	if err != nil {
+		return 0, false, fmt.Errorf("index: iterator: %w", err)
+	}
+	defer it.Close()
+	return readVersion(it, spiKey(nil, entry, ts), len(lower))
+}
+
+func (p *pebbleSPI) lookupBatch(entries [][]byte, ts uint64, out []Found) error {
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: []byte{pfxSPI}, UpperBound: []byte{pfxSPI + 1}})
+	if err != nil {
+		return fmt.Errorf("index: iterator: %w", err)
+	}
+	defer it.Close()
+	var seek []byte
+	for i, e := range entries {
+		seek = spiKey(seek[:0], e, ts)
+		id, ok, err := readVersion(it, seek, 1+len(e))
+		if err != nil {
+			return err
+		}
+		out[i] = Found{RowID: id, OK: ok}
+	}
+	return nil
+}
+
+func (p *pebbleSPI) mutate(muts []Mutation) error {
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: []byte{pfxSPI}, UpperBound: []byte{pfxSPI + 1}})
+	if err != nil {
+		return fmt.Errorf("index: iterator: %w", err)
+	}
+	defer it.Close()
+	b := p.db.NewBatch()
+	defer b.Close()
+	// Keys written earlier in this call: the iterator does not see them.
+	written := map[string]version{}
+	var seek, val []byte
+	for i := range muts {
+		m := &muts[i]
+		var cur version
+		found := false
+		if w, ok := written[string(m.Key.enc)]; ok && w.ts <= m.TS {
+			cur, found = w, true
+		} else {
+			seek = spiKey(seek[:0], m.Key.enc, m.TS)
+			id, live, err := readVersion(it, seek, 1+len(m.Key.enc))
+			if err != nil {
+				return err
+			}
+			cur, found = version{val: id}, live
+			if !live {
+				cur.val = tombVal
+			}
+		}
+		live := found && cur.val != tombVal
+		nv, ok := m.check(cur.val, live)
+		if !ok {
+			continue
+		}
+		written[string(m.Key.enc)] = nv
+		seek = spiKey(seek[:0], m.Key.enc, nv.ts)
+		val = val[:0]
+		if nv.val != tombVal {
+			val = binary.BigEndian.AppendUint64(val, nv.val)
+		}
+		if err := b.Set(seek, val, nil); err != nil {
+			return fmt.Errorf("index: batch: %w", err)
+		}
+	}
+	if err := b.Commit(p.wopt); err != nil {
+		for i := range muts {
+			muts[i].Err = nil
+		}
+		return fmt.Errorf("index: commit %d mutations: %w", len(muts), err)
+	}
+	return nil
+}
+
+// readVersion seeks to seek (entry ^ts) and decodes the version found, if it
+// belongs to the entry (length prefixLen+8).
+func readVersion(it *pebble.Iterator, seek []byte, prefixLen int) (uint64, bool, error) {
+	if !it.SeekGE(seek) || len(it.Key()) != prefixLen+8 || !bytes.Equal(it.Key()[:prefixLen], seek[:prefixLen]) {
+		return 0, false, it.Error()
+	}
+	v, err := it.ValueAndErr()
+	if err != nil {
+		return 0, false, fmt.Errorf("index: read value: %w", err)
+	}
+	switch len(v) {
+	case 0:
+		return 0, false, nil // tombstone
+	case 8:
+		return binary.BigEndian.Uint64(v), true, nil
+	}
+	return 0, false, fmt.Errorf("index: corrupt value of %d bytes at %x", len(v), it.Key())
+}
+
+func (p *pebbleSPI) scan(prefix []byte, ts uint64, fn func(uint64)) error {
+	lower := append([]byte{pfxSPI}, prefix...)
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upperBound(lower)})
+	if err != nil {
+		return fmt.Errorf("index: iterator: %w", err)
+	}
+	defer it.Close()
+	entryLen := len(lower) + 8 // prefix + row id
+	var seek []byte
+	for ok := it.First(); ok; {
+		k := it.Key()
+		if len(k) != entryLen+8 {
+			return fmt.Errorf("index: unexpected key %x under non-unique prefix", k)
+		}
+		entry := bytes.Clone(k[:entryLen])
+		seek = binary.BigEndian.AppendUint64(append(seek[:0], entry...), ^ts)
+		id, live, err := readVersion(it, seek, entryLen)
+		if err != nil {
+			return err
+		}
+		if live {
+			fn(id)
+		}
+		// Next row id: past every version of this entry.
+		ok = it.SeekGE(upperBound(entry))
+	}
+	return it.Error()
+}
+
+func (p *pebbleSPI) purge(gcTS uint64) (int, error) {
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: []byte{pfxSPI}, UpperBound: []byte{pfxSPI + 1}})
+	if err != nil {
+		return 0, fmt.Errorf("index: iterator: %w", err)
+	}
+	defer it.Close()
+	b := p.db.NewBatch()
+	defer b.Close()
+	removed := 0
+	var entry []byte
+	seenVisible := false // the current entry's newest version ≤ gcTS was passed
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) < 9 {
+			return removed, fmt.Errorf("index: short key %x", k)
+		}
+		e, ts := k[:len(k)-8], ^binary.BigEndian.Uint64(k[len(k)-8:])
+		if !bytes.Equal(e, entry) {
+			entry = append(entry[:0], e...)
+			seenVisible = false
+		}
+		if ts > gcTS {
+			continue
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return removed, err
+		}
+		// Versions arrive newest first: the first one ≤ gcTS is what
+		// snapshots ≥ gcTS see (dropped too if it is a tombstone); every
+		// older one is invisible to them.
+		if seenVisible || len(v) == 0 {
+			if err := b.Delete(k, nil); err != nil {
+				return removed, err
+			}
+			removed++
+		}
+		seenVisible = true
+		if b.Len() > 4<<20 {
+			if err := b.Commit(p.wopt); err != nil {
+				return removed, err
+			}
+			b.Reset()
+		}
+	}
+	if err := it.Error(); err != nil {
+		return removed, err
+	}
+	return removed, b.Commit(p.wopt)
+}
+
+func (p *pebbleSPI) sync() error {
+	// An empty synced batch fsyncs the WAL behind every earlier write.
+	return p.db.LogData(nil, pebble.Sync)
+}
+
+func (p *pebbleSPI) close() error {
+	err := p.db.Close()
+	p.cache.Unref()
+	return err
+}
+
+func miKey(first uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{pfxMI}, first)
+}
+
+func (p *pebbleSPI) saveMI(put []miEntry, del []uint64) error {
+	b := p.db.NewBatch()
+	defer b.Close()
+	for _, first := range del {
+		if err := b.Delete(miKey(first), nil); err != nil {
+			return err
+		}
+	}
+	for _, e := range put {
+		v := binary.BigEndian.AppendUint32(nil, e.r.N)
+		v = binary.BigEndian.AppendUint64(v, e.loc.FileID)
+		v = binary.BigEndian.AppendUint32(v, e.loc.RowGroup)
+		v = binary.BigEndian.AppendUint32(v, e.loc.Offset)
+		if err := b.Set(miKey(e.r.First), v, nil); err != nil {
+			return err
+		}
+	}
+	if err := b.Commit(p.wopt); err != nil {
+		return fmt.Errorf("index: main index write: %w", err)
+	}
+	return nil
+}
+
+func (p *pebbleSPI) loadMI(fn func(miEntry)) error {
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: []byte{pfxMI}, UpperBound: []byte{pfxMI + 1}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		if len(k) != 9 || len(v) != 20 {
+			return fmt.Errorf("corrupt main-index record %x = %x", k, v)
+		}
+		fn(miEntry{
+			r: RowRange{First: binary.BigEndian.Uint64(k[1:]), N: binary.BigEndian.Uint32(v)},
+			loc: Location{
+				FileID:   binary.BigEndian.Uint64(v[4:]),
+				RowGroup: binary.BigEndian.Uint32(v[12:]),
+				Offset:   binary.BigEndian.Uint32(v[16:]),
+			},
+		})
+	}
+	return it.Error()
+}
+
+// slogPebble routes Pebble's log lines to slog.
+type slogPebble struct{ log *slog.Logger }
+
+func (l slogPebble) Infof(format string, args ...any) {
+	l.log.Debug("pebble: " + fmt.Sprintf(format, args...))
+}
+func (l slogPebble) Errorf(format string, args ...any) {
+	l.log.Error("pebble: " + fmt.Sprintf(format, args...))
+}
+func (l slogPebble) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.log.Error("pebble: fatal: " + msg)
+	panic(errors.New("pebble: " + msg))
+}
