@@ -99,7 +99,7 @@ type Config struct {
 	// lose recent writes: use it only when the replay checkpoint (which calls
 	// Sync) is the recovery point anyway.
 	NoSync bool
-	Logger     *slog.Logger
+	Logger *slog.Logger
 }
 
 // op is one SPI write.
@@ -134,7 +134,7 @@ type Store struct {
 	spi spi
 	mi  *mainIndex
 
-	defMu  sync.Mutex                      // serialises Define
+	defMu  sync.Mutex                     // serialises Define
 	defs   atomic.Pointer[map[uint32]Def] // copy-on-write: readers never lock
 	closed atomic.Bool
 }
