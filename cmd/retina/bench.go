@@ -21,6 +21,8 @@ func newBenchCommand() *cobra.Command {
 			bench.DefaultTxnConfig(), txnFlags, bench.Txn),
 		benchSubcommand("index", "Index service: updates and lookups at random keys, Pebble and memory backends",
 			bench.DefaultIndexConfig(), indexFlags, bench.Index),
+		benchSubcommand("lake", "Lake file format: write, projected read and visibility filter throughput on file://",
+			bench.DefaultLakeConfig(), lakeFlags, bench.Lake),
 	)
 	return cmd
 }
@@ -70,4 +72,11 @@ func indexFlags(f *pflag.FlagSet, cfg *bench.IndexConfig) {
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "goroutines, one bucket of keys each")
 	f.IntVar(&cfg.Batch, "batch", cfg.Batch, "updates or lookups per batch")
 	f.StringSliceVar(&cfg.Backends, "backends", cfg.Backends, "backends to measure (memory, pebble)")
+}
+
+func lakeFlags(f *pflag.FlagSet, cfg *bench.LakeConfig) {
+	f.IntVar(&cfg.Rows, "rows", cfg.Rows, "rows written, read and filtered")
+	f.Int64Var(&cfg.RowGroupRows, "row-group-rows", cfg.RowGroupRows, "rows per row group")
+	f.Float64Var(&cfg.DeletedPct, "deleted-pct", cfg.DeletedPct, "percent of rows marked deleted for the filter figure")
+	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
 }

@@ -85,3 +85,19 @@ func TestIndexBenchSmall(t *testing.T) {
 		}
 	}
 }
+
+func TestLakeBenchSmall(t *testing.T) {
+	cfg := DefaultLakeConfig()
+	cfg.Rows, cfg.RowGroupRows = 30_000, 8192
+	var out bytes.Buffer
+	r := NewReport(&out, "lake")
+	if err := Lake(t.Context(), r, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"write_rows_per_sec", "read_rows_per_sec", "filter_rows_per_sec"} {
+		v, ok := r.Get(k)
+		if f, isFloat := v.(float64); !ok || !isFloat || f <= 0 {
+			t.Fatalf("figure %s = %v:\n%s", k, v, out.String())
+		}
+	}
+}

@@ -199,3 +199,21 @@ func (t Type) Check(v any) error {
 	}
 	return nil
 }
+
+// MarshalText writes the type as String does.
+func (t Type) MarshalText() ([]byte, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	return []byte(t.String()), nil
+}
+
+// UnmarshalText reads a type written by MarshalText.
+func (t *Type) UnmarshalText(b []byte) error {
+	v, err := Parse(string(b))
+	if err != nil {
+		return err
+	}
+	*t = v
+	return nil
+}

@@ -1,0 +1,334 @@
+// Package lake is Retina's system of record: object storage (file://,
+// mem:// and s3:// through one blob API) and the columnar file format
+// (Parquet with the hidden create-timestamp column).
+package lake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"gocloud.dev/blob"
+	_ "gocloud.dev/blob/fileblob" // file:// URLs
+	_ "gocloud.dev/blob/memblob"  // mem:// URLs
+	_ "gocloud.dev/blob/s3blob"   // s3:// URLs
+	"gocloud.dev/gcerrors"
+)
+
+// Errors callers branch on; every error also names the object key.
+var (
+	ErrNotFound = errors.New("lake: object not found")
+	ErrExists   = errors.New("lake: object already exists")
+)
+
+// RetryPolicy bounds retries of transient failures.
+type RetryPolicy struct {
+	Attempts   int           // tries in all, ≥ 1 (default 6)
+	BaseDelay  time.Duration // first backoff, doubled each retry (default 50ms)
+	MaxDelay   time.Duration // backoff ceiling (default 2s)
+	OpTimeout  time.Duration // one attempt (default 60s)
+	FaultCheck func(op, key string) error
+}
+
+// Options configure a Store.
+type Options struct {
+	Retry  RetryPolicy
+	Logger *slog.Logger
+}
+
+// Store is one bucket of objects, addressed by key.
+type Store struct {
+	bucket *blob.Bucket
+	url    string
+	retry  RetryPolicy
+	log    *slog.Logger
+}
+
+// Open opens a bucket URL:
+//
+//	file:///abs/dir         a local directory (created if missing)
+//	mem://                  an in-memory bucket (tests, demos)
+//	s3://bucket?region=R&endpoint=http://host:port&use_path_style=true
+//	                        S3 or an S3-compatible server; credentials come
+//	                        from the usual AWS environment and files. A server
+//	                        that sends whole-object checksums with range reads
+//	                        needs response_checksum_validation=when_required.
+func Open(ctx context.Context, bucketURL string, opts Options) (*Store, error) {
+	u, err := url.Parse(bucketURL)
+	if err != nil {
+		return nil, fmt.Errorf("lake: bad bucket URL %q: %w", bucketURL, err)
+	}
+	openURL := bucketURL
+	if u.Scheme == "file" {
+		// Temp files beside the target keep the final rename on one file
+		// system; no sidecar metadata files next to the Parquet files.
+		q := u.Query()
+		for k, v := range map[string]string{"create_dir": "1", "no_tmp_dir": "1", "metadata": "skip"} {
+			if !q.Has(k) {
+				q.Set(k, v)
+			}
+		}
+		if err := os.MkdirAll(u.Path, 0o755); err != nil {
+			return nil, fmt.Errorf("lake: create %s: %w", u.Path, err)
+		}
+		u.RawQuery = q.Encode()
+		openURL = u.String()
+	}
+	b, err := blob.OpenBucket(ctx, openURL)
+	if err != nil {
+		return nil, fmt.Errorf("lake: open %s: %w", bucketURL, err)
+	}
+	r := opts.Retry
+	if r.Attempts <= 0 {
+		r.Attempts = 6
+	}
+	if r.BaseDelay <= 0 {
+		r.BaseDelay = 50 * time.Millisecond
+	}
+	if r.MaxDelay <= 0 {
+		r.MaxDelay = 2 * time.Second
+	}
+	if r.OpTimeout <= 0 {
+		r.OpTimeout = 60 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Store{bucket: b, url: bucketURL, retry: r, log: opts.Logger}, nil
+}
+
+// URL is the bucket URL the store was opened with.
+func (s *Store) URL() string { return s.url }
+
+// Close releases the bucket.
+func (s *Store) Close() error { return s.bucket.Close() }
+
+// permanent reports errors that a retry cannot fix.
+func permanent(err error) bool {
+	switch gcerrors.Code(err) {
+	case gcerrors.NotFound, gcerrors.AlreadyExists, gcerrors.FailedPrecondition,
+		gcerrors.InvalidArgument, gcerrors.PermissionDenied, gcerrors.Unimplemented, gcerrors.Canceled:
+		return true
+	}
+	return errors.Is(err, context.Canceled) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists)
+}
+
+// do runs one attempt-able operation with timeouts and backoff.
+func (s *Store) do(ctx context.Context, op, key string, attempt func(context.Context) error) error {
+	delay := s.retry.BaseDelay
+	var err error
+	for try := 1; ; try++ {
+		if s.retry.FaultCheck != nil {
+			err = s.retry.FaultCheck(op, key)
+		} else {
+			err = nil
+		}
+		if err == nil {
+			actx, cancel := context.WithTimeout(ctx, s.retry.OpTimeout)
+			err = attempt(actx)
+			cancel()
+		}
+		if err == nil {
+			return nil
+		}
+		err = classify(err)
+		if permanent(err) || try >= s.retry.Attempts || ctx.Err() != nil {
+			break
+		}
+		s.log.Warn("lake: retrying", "op", op, "key", key, "attempt", try, "err", err)
+		// Full jitter keeps many writers from retrying in step.
+		select {
+		case <-time.After(time.Duration(rand.Int64N(int64(delay))) + delay/2):
+		case <-ctx.Done():
+			return fmt.Errorf("lake: %s %q: %w (last error: %v)", op, key, ctx.Err(), err)
+		}
+		delay = min(2*delay, s.retry.MaxDelay)
+	}
+	return fmt.Errorf("lake: %s %q in %s: %w", op, key, s.url, err)
+}
+
+func classify(err error) error {
+	switch gcerrors.Code(err) {
+	case gcerrors.NotFound:
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	case gcerrors.AlreadyExists, gcerrors.FailedPrecondition:
+		return fmt.Errorf("%w: %w", ErrExists, err)
+	}
+	return err
+}
+
+// Put writes an object, replacing any with the same key.
+func (s *Store) Put(ctx context.Context, key string, data []byte) error {
+	return s.do(ctx, "put", key, func(ctx context.Context) error {
+		return s.bucket.WriteAll(ctx, key, data, nil)
+	})
+}
+
+// PutIfAbsent writes an object only if the key is free; otherwise it fails
+// with an error wrapping ErrExists. All three backends support the check.
+func (s *Store) PutIfAbsent(ctx context.Context, key string, data []byte) error {
+	return s.do(ctx, "put-if-absent", key, func(ctx context.Context) error {
+		return s.bucket.WriteAll(ctx, key, data, &blob.WriterOptions{IfNotExist: true})
+	})
+}
+
+// Get reads a whole object.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
+	var data []byte
+	err := s.do(ctx, "get", key, func(ctx context.Context) error {
+		var err error
+		data, err = s.bucket.ReadAll(ctx, key)
+		return err
+	})
+	return data, err
+}
+
+// ReadRange reads n bytes at offset off of an object.
+func (s *Store) ReadRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	var data []byte
+	err := s.do(ctx, "read-range", key, func(ctx context.Context) error {
+		r, err := s.bucket.NewRangeReader(ctx, key, off, n, nil)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return fmt.Errorf("read %d bytes at %d: %w", n, off, err)
+		}
+		data = buf
+		return nil
+	})
+	return data, err
+}
+
+// Size returns an object's length in bytes.
+func (s *Store) Size(ctx context.Context, key string) (int64, error) {
+	var size int64
+	err := s.do(ctx, "stat", key, func(ctx context.Context) error {
+		a, err := s.bucket.Attributes(ctx, key)
+		if err != nil {
+			return err
+		}
+		size = a.Size
+		return nil
+	})
+	return size, err
+}
+
+// Delete removes an object; deleting a missing object is not an error.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	err := s.do(ctx, "delete", key, func(ctx context.Context) error {
+		return s.bucket.Delete(ctx, key)
+	})
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// ObjectInfo describes a listed object.
+type ObjectInfo struct {
+	Key  string
+	Size int64
+}
+
+// List returns the objects whose keys start with prefix, in key order.
+func (s *Store) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
+	var out []ObjectInfo
+	err := s.do(ctx, "list", prefix+"*", func(ctx context.Context) error {
+		out = out[:0]
+		it := s.bucket.List(&blob.ListOptions{Prefix: prefix})
+		for {
+			obj, err := it.Next(ctx)
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if !obj.IsDir && !strings.HasSuffix(obj.Key, ".attrs") {
+				out = append(out, ObjectInfo{Key: obj.Key, Size: obj.Size})
+			}
+		}
+	})
+	return out, err
+}
+
+// ReaderAt returns random access to an object through range reads, for the
+// Parquet reader: it fetches the footer first and then only the column
+// chunks asked for.
+func (s *Store) ReaderAt(ctx context.Context, key string) (*ObjectReader, error) {
+	size, err := s.Size(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return &ObjectReader{ctx: ctx, store: s, key: key, size: size}, nil
+}
+
+// ObjectReader reads an object by ranges. It implements io.ReaderAt and
+// io.ReadSeeker, which is what the Parquet reader needs.
+type ObjectReader struct {
+	ctx   context.Context
+	store *Store
+	key   string
+	size  int64
+	pos   int64
+	reads int // range requests made, for tests and metrics
+}
+
+// Size is the object's length.
+func (r *ObjectReader) Size() int64 { return r.size }
+
+// Reads is how many range requests the reader made.
+func (r *ObjectReader) Reads() int { return r.reads }
+
+// ReadAt reads len(p) bytes at off.
+func (r *ObjectReader) ReadAt(p []byte, off int64) (int, error) {
+	if off >= r.size {
+		return 0, io.EOF
+	}
+	n := min(int64(len(p)), r.size-off)
+	data, err := r.store.ReadRange(r.ctx, r.key, off, n)
+	r.reads++
+	if err != nil {
+		return 0, err
+	}
+	copy(p, data)
+	if n < int64(len(p)) {
+		return int(n), io.EOF
+	}
+	return int(n), nil
+}
+
+// Read reads from the current position.
+func (r *ObjectReader) Read(p []byte) (int, error) {
+	n, err := r.ReadAt(p, r.pos)
+	r.pos += int64(n)
+	return n, err
+}
+
+// Seek moves the position.
+func (r *ObjectReader) Seek(offset int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekStart:
+	case io.SeekCurrent:
+		offset += r.pos
+	case io.SeekEnd:
+		offset += r.size
+	default:
+		return 0, fmt.Errorf("lake: bad whence %d", whence)
+	}
+	if offset < 0 {
+		return 0, fmt.Errorf("lake: seek to %d in %q", offset, r.key)
+	}
+	r.pos = offset
+	return offset, nil
+}
