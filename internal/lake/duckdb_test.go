@@ -98,4 +98,3 @@ func duckMatches(a arrow.Array, i int, v any) bool {
 	}
 	return false
 }
-
