@@ -23,6 +23,10 @@ func newBenchCommand() *cobra.Command {
 			bench.DefaultIndexConfig(), indexFlags, bench.Index),
 		benchSubcommand("lake", "Lake file format: write, projected read and visibility filter throughput on file://",
 			bench.DefaultLakeConfig(), lakeFlags, bench.Lake),
+		benchSubcommand("writebuffer", "Write buffer: rows appended per second with flush and combination running, buffer memory",
+			bench.DefaultWriteBufferConfig(), writeBufferFlags, bench.WriteBuffer),
+		benchSubcommand("replay", "Replayer: inserts and random updates per second with the memory and Pebble indexes",
+			bench.DefaultReplayConfig(), replayFlags, bench.Replay),
 	)
 	return cmd
 }
@@ -78,5 +82,22 @@ func lakeFlags(f *pflag.FlagSet, cfg *bench.LakeConfig) {
 	f.IntVar(&cfg.Rows, "rows", cfg.Rows, "rows written, read and filtered")
 	f.Int64Var(&cfg.RowGroupRows, "row-group-rows", cfg.RowGroupRows, "rows per row group")
 	f.Float64Var(&cfg.DeletedPct, "deleted-pct", cfg.DeletedPct, "percent of rows marked deleted for the filter figure")
+	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
+}
+
+func writeBufferFlags(f *pflag.FlagSet, cfg *bench.WriteBufferConfig) {
+	f.IntVar(&cfg.Rows, "rows", cfg.Rows, "rows appended")
+	f.IntVar(&cfg.Batch, "batch", cfg.Batch, "rows per Append call")
+	f.IntVar(&cfg.SteadyRate, "steady-rate", cfg.SteadyRate, "rows/s of the steady-state memory phase")
+	f.DurationVar(&cfg.SteadyFor, "steady-for", cfg.SteadyFor, "length of the steady-state phase")
+	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
+}
+
+func replayFlags(f *pflag.FlagSet, cfg *bench.ReplayConfig) {
+	f.IntVar(&cfg.Rows, "rows", cfg.Rows, "rows inserted, then updated at random")
+	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of the update phase")
+	f.IntVar(&cfg.Buckets, "buckets", cfg.Buckets, "parallel Apply streams")
+	f.IntVar(&cfg.Batch, "batch", cfg.Batch, "operations per Apply call")
+	f.StringSliceVar(&cfg.Backends, "backends", cfg.Backends, "index backends (memory, pebble)")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
 }

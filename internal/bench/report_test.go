@@ -101,3 +101,27 @@ func TestLakeBenchSmall(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteBufferAndReplayBenchSmall(t *testing.T) {
+	var out bytes.Buffer
+	r := NewReport(&out, "writebuffer")
+	wb := DefaultWriteBufferConfig()
+	wb.Rows, wb.SteadyFor = 20_000, 300*time.Millisecond
+	if err := WriteBuffer(t.Context(), r, wb); err != nil {
+		t.Fatal(err)
+	}
+	rp := DefaultReplayConfig()
+	rp.Rows, rp.Duration = 20_000, 300*time.Millisecond
+	if err := Replay(t.Context(), r, rp); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"writebuffer_inserts_per_sec", "replay_inserts_per_sec_memory", "replay_updates_per_sec_pebble"} {
+		v, ok := r.Get(k)
+		if f, isFloat := v.(float64); !ok || !isFloat || f <= 0 {
+			t.Fatalf("figure %s = %v:\n%s", k, v, out.String())
+		}
+	}
+	if v, _ := r.Get("buffer_bytes_per_table"); v.(int64) <= 0 {
+		t.Fatalf("buffer_bytes_per_table = %v", v)
+	}
+}

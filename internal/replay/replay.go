@@ -1,0 +1,297 @@
+// Package replay applies the operations of mirror transactions to version
+// storage: new versions go to the table's write buffer with create_ts = the
+// transaction's timestamp, the primary index moves the key to the new row
+// id, and the replaced version gets a delete timestamp in its file's
+// visibility.
+//
+// Row ids are fileID<<32 | offset: a virtual file's rows get consecutive ids
+// at consecutive offsets, so one main-index range per file maps them, and
+// ids are never reused because file ids are not.
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/index"
+	"github.com/retinadb/retina/internal/types"
+	"github.com/retinadb/retina/internal/visibility"
+	"github.com/retinadb/retina/internal/writebuffer"
+)
+
+// OpKind is what an operation does.
+type OpKind uint8
+
+// Operation kinds, as CDC reports them.
+const (
+	Insert OpKind = iota + 1
+	Delete
+	Update
+)
+
+func (k OpKind) String() string {
+	switch k {
+	case Insert:
+		return "insert"
+	case Delete:
+		return "delete"
+	case Update:
+		return "update"
+	}
+	return fmt.Sprintf("op(%d)", uint8(k))
+}
+
+// Op is one row change of a mirror transaction.
+type Op struct {
+	TS    uint64
+	Table uint32
+	Kind  OpKind
+	// Key is the primary key of the row deleted or updated (the old key for
+	// an update that changes it). When nil it is taken from Before, or from
+	// Row for an update.
+	Key []any
+	// Row is the after image in column order (insert, update).
+	Row []any
+	// Before is the before image; needed only for tables with secondary
+	// indexes, to remove the old version's entries.
+	Before []any
+}
+
+// ErrOp is wrapped by every error about a single operation.
+var ErrOp = errors.New("replay: operation failed")
+
+// OpError names the operation that failed and why.
+type OpError struct {
+	Table string
+	Kind  OpKind
+	TS    uint64
+	Key   []any
+	Err   error
+}
+
+func (e *OpError) Error() string {
+	return fmt.Sprintf("replay: %s on table %s key %v at ts %d: %v", e.Kind, e.Table, e.Key, e.TS, e.Err)
+}
+
+func (e *OpError) Unwrap() []error { return []error{ErrOp, e.Err} }
+
+// Catalog is what the replayer needs from the catalog.
+type Catalog interface {
+	writebuffer.Catalog
+	Snapshot() *catalog.Snapshot
+}
+
+// Config configures a replayer.
+type Config struct {
+	ID      uint32
+	Catalog Catalog
+	Index   *index.Store
+	Lake    writebuffer.Lake
+	// Write-buffer shape for every table (see writebuffer.Config).
+	BlockRows, FileBlocks, FlushWorkers int
+	// Tolerate logs, counts and skips bad operations instead of failing the
+	// batch (the default stops the pipeline: nothing is dropped silently).
+	Tolerate bool
+	Logger   *slog.Logger
+}
+
+// Stats count what the replayer did.
+type Stats struct {
+	Inserts, Deletes, Updates, Tolerated uint64
+}
+
+// Replayer owns a set of buckets: Apply calls for different buckets may run
+// concurrently; calls for one bucket must come in timestamp order.
+type Replayer struct {
+	cfg Config
+	log *slog.Logger
+
+	mu     sync.Mutex
+	tables map[uint32]*tableState
+
+	filesMu sync.RWMutex
+	files   map[uint64]*visibility.RowGroup // visibility of files this replayer owns
+
+	inserts, deletes, updates, tolerated atomic.Uint64
+}
+
+type secondary struct {
+	def  catalog.Index
+	cols []int
+}
+
+type tableState struct {
+	table *catalog.Table
+	buf   *writebuffer.Buffer
+	cols  []writebuffer.Column
+	keys  []int // primary-key column positions
+	sec   []secondary
+}
+
+// New makes a replayer; tables are opened on first use.
+func New(cfg Config) (*Replayer, error) {
+	if cfg.Catalog == nil || cfg.Index == nil || cfg.Lake == nil {
+		return nil, fmt.Errorf("replay: catalog, index and lake are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Replayer{
+		cfg:    cfg,
+		log:    cfg.Logger.With("replayer", cfg.ID),
+		tables: map[uint32]*tableState{},
+		files:  map[uint64]*visibility.RowGroup{},
+	}, nil
+}
+
+// RowID is the row id of the row at offset of a file.
+func RowID(file uint64, offset uint32) uint64 { return file<<32 | uint64(offset) }
+
+// table returns the state of a table, opening its buffer and defining its
+// indexes on first use.
+func (r *Replayer) table(id uint32) (*tableState, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ts, ok := r.tables[id]; ok {
+		return ts, nil
+	}
+	t, ok := r.cfg.Catalog.Snapshot().TableByID(id)
+	if !ok {
+		return nil, fmt.Errorf("replay: table %d is not in the catalog", id)
+	}
+	st := &tableState{table: t, keys: t.Schema.KeyColumns()}
+	keyTypes := make([]types.Type, len(st.keys))
+	for i, k := range st.keys {
+		keyTypes[i] = t.Schema.Columns[k].Type
+	}
+	if err := r.cfg.Index.Define(index.Def{ID: t.PrimaryIndexID, Name: t.Name + ".pk", Columns: keyTypes, Unique: true}); err != nil {
+		return nil, err
+	}
+	for _, ix := range t.Schema.Indexes {
+		s := secondary{def: ix}
+		var ct []types.Type
+		for _, c := range ix.Columns {
+			p := t.Schema.ColumnIndex(c)
+			s.cols = append(s.cols, p)
+			ct = append(ct, t.Schema.Columns[p].Type)
+		}
+		if err := r.cfg.Index.Define(index.Def{ID: ix.ID, Name: t.Name + "." + ix.Name, Columns: ct, Unique: ix.Unique}); err != nil {
+			return nil, err
+		}
+		st.sec = append(st.sec, s)
+	}
+	for _, c := range t.Schema.Columns {
+		st.cols = append(st.cols, writebuffer.Column{Name: c.Name, Type: c.Type, Nullable: c.Nullable})
+	}
+	buf, err := writebuffer.New(writebuffer.Config{
+		TableID: id, Columns: st.cols, Replayer: r.cfg.ID,
+		Catalog: r.cfg.Catalog, Lake: r.cfg.Lake,
+		BlockRows: r.cfg.BlockRows, FileBlocks: r.cfg.FileBlocks, FlushWorkers: r.cfg.FlushWorkers,
+		OnNewFile: r.registerFile,
+		Logger:    r.cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	st.buf = buf
+	r.tables[id] = st
+	return st, nil
+}
+
+// registerFile maps a new virtual file's row ids and visibility.
+func (r *Replayer) registerFile(f *writebuffer.VirtualFile) error {
+	err := r.cfg.Index.Register(context.Background(),
+		index.RowRange{First: RowID(f.ID(), 0), N: uint32(f.Capacity())},
+		index.Location{FileID: f.ID()})
+	if err != nil {
+		return err
+	}
+	r.filesMu.Lock()
+	r.files[f.ID()] = f.Visibility()
+	r.filesMu.Unlock()
+	return nil
+}
+
+// FileVisibility returns the visibility of a file this replayer owns.
+func (r *Replayer) FileVisibility(file uint64) (*visibility.RowGroup, bool) {
+	r.filesMu.RLock()
+	defer r.filesMu.RUnlock()
+	v, ok := r.files[file]
+	return v, ok
+}
+
+// Buffer returns a table's write buffer (opening it if needed).
+func (r *Replayer) Buffer(table uint32) (*writebuffer.Buffer, error) {
+	st, err := r.table(table)
+	if err != nil {
+		return nil, err
+	}
+	return st.buf, nil
+}
+
+// Stats returns the counters.
+func (r *Replayer) Stats() Stats {
+	return Stats{Inserts: r.inserts.Load(), Deletes: r.deletes.Load(), Updates: r.updates.Load(), Tolerated: r.tolerated.Load()}
+}
+
+// Collect runs memory GC on every file's visibility below lwm.
+func (r *Replayer) Collect(lwm uint64) visibility.CollectStats {
+	r.filesMu.RLock()
+	vis := make([]*visibility.RowGroup, 0, len(r.files))
+	for _, v := range r.files {
+		vis = append(vis, v)
+	}
+	r.filesMu.RUnlock()
+	var total visibility.CollectStats
+	for _, v := range vis {
+		st := v.Collect(lwm)
+		total.Folded += st.Folded
+		total.FreedBlocks += st.FreedBlocks
+		total.RetiredFilters += st.RetiredFilters
+		total.SwappedTiles += st.SwappedTiles
+		total.PendingSurvived += st.PendingSurvived
+	}
+	return total
+}
+
+// VisibilityBytes is the memory of all file visibilities.
+func (r *Replayer) VisibilityBytes() int64 {
+	r.filesMu.RLock()
+	defer r.filesMu.RUnlock()
+	var n int64
+	for _, v := range r.files {
+		n += int64(v.MemoryBytes())
+	}
+	return n
+}
+
+// Flush makes every table's buffered rows durable in the lake.
+func (r *Replayer) Flush(ctx context.Context) error {
+	r.mu.Lock()
+	bufs := make([]*writebuffer.Buffer, 0, len(r.tables))
+	for _, t := range r.tables {
+		bufs = append(bufs, t.buf)
+	}
+	r.mu.Unlock()
+	var errs []error
+	for _, b := range bufs {
+		errs = append(errs, b.Flush(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// Close flushes and stops every table's buffer.
+func (r *Replayer) Close(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var errs []error
+	for _, t := range r.tables {
+		errs = append(errs, t.buf.Close(ctx))
+	}
+	return errors.Join(errs...)
+}
