@@ -27,6 +27,8 @@ func newBenchCommand() *cobra.Command {
 			bench.DefaultWriteBufferConfig(), writeBufferFlags, bench.WriteBuffer),
 		benchSubcommand("replay", "Replayer: inserts and random updates per second with the memory and Pebble indexes",
 			bench.DefaultReplayConfig(), replayFlags, bench.Replay),
+		benchSubcommand("sink", "CDC sink: Debezium JSON decoding and file → sink → replayer throughput",
+			bench.DefaultSinkConfig(), sinkFlags, bench.Sink),
 	)
 	return cmd
 }
@@ -99,5 +101,12 @@ func replayFlags(f *pflag.FlagSet, cfg *bench.ReplayConfig) {
 	f.IntVar(&cfg.Buckets, "buckets", cfg.Buckets, "parallel Apply streams")
 	f.IntVar(&cfg.Batch, "batch", cfg.Batch, "operations per Apply call")
 	f.StringSliceVar(&cfg.Backends, "backends", cfg.Backends, "index backends (memory, pebble)")
+	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
+}
+
+func sinkFlags(f *pflag.FlagSet, cfg *bench.SinkConfig) {
+	f.IntVar(&cfg.DecodeEvents, "decode-events", cfg.DecodeEvents, "events decoded for decode_events_per_sec")
+	f.IntVar(&cfg.SinkRows, "rows", cfg.SinkRows, "rows streamed file → sink → replayer")
+	f.IntVar(&cfg.TxnRows, "txn-rows", cfg.TxnRows, "rows per source transaction")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
 }

@@ -125,3 +125,18 @@ func TestWriteBufferAndReplayBenchSmall(t *testing.T) {
 		t.Fatalf("buffer_bytes_per_table = %v", v)
 	}
 }
+
+func TestSinkBenchSmall(t *testing.T) {
+	cfg := DefaultSinkConfig()
+	cfg.DecodeEvents, cfg.SinkRows = 20_000, 5_000
+	var out bytes.Buffer
+	r := NewReport(&out, "sink")
+	if err := Sink(t.Context(), r, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"decode_events_per_sec", "sink_rows_per_sec"} {
+		if v, ok := r.Get(k); !ok || v.(float64) <= 0 {
+			t.Fatalf("figure %s = %v", k, v)
+		}
+	}
+}

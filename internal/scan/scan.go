@@ -315,3 +315,26 @@ func bitsAt(bm []uint64, off, n int) []uint64 {
 	}
 	return out
 }
+
+// LiveKeys lists the primary keys of the rows of a table visible at a
+// snapshot (a truncate deletes them).
+func (sc *Scanner) LiveKeys(ctx context.Context, t *catalog.Table, files []*catalog.File, snapshot uint64) ([][]any, error) {
+	keyCols := t.Schema.KeyColumns()
+	var out [][]any
+	_, err := sc.Scan(ctx, Request{Table: t, Files: files, Snapshot: snapshot, Columns: keyCols}, func(rec arrow.RecordBatch) error {
+		defer rec.Release()
+		for i := range int(rec.NumRows()) {
+			key := make([]any, len(keyCols))
+			for c := range keyCols {
+				v, err := Value(rec.Column(c), i)
+				if err != nil {
+					return err
+				}
+				key[c] = v
+			}
+			out = append(out, key)
+		}
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,419 @@
+package cdc
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/valyala/fastjson"
+
+	"github.com/retinadb/retina/internal/catalog"
+)
+
+// Tables resolves table names to their catalog definitions.
+type Tables interface {
+	Table(name string) (*catalog.Table, bool)
+}
+
+// field is what a Kafka Connect schema says about one column.
+type field struct {
+	name     string
+	typ      string // int8 … float64, boolean, string, bytes, struct
+	logical  string // e.g. io.debezium.time.MicroTimestamp
+	optional bool
+	params   map[string]string
+}
+
+// Decoder turns Debezium JSON into records. It is not safe for concurrent
+// use (it reuses parsers); use one per goroutine.
+//
+// Both converter shapes are accepted: {"schema":…,"payload":…} and the bare
+// payload. The table is source.table (the plain name). Values are converted
+// to the catalog column types; Kafka Connect logical types from the schema
+// decide units when present, and schema-less numbers for timestamps are
+// read as microseconds (Debezium's default for most temporal columns).
+type Decoder struct {
+	tables Tables
+	log    *slog.Logger
+	vp, kp fastjson.Parser
+	warned map[string]bool
+	cols   map[*catalog.Table]map[string]int // column positions by name
+	// Skipped counts logical messages and tombstones.
+	Skipped uint64
+}
+
+// NewDecoder makes a decoder resolving tables through tables.
+func NewDecoder(tables Tables, log *slog.Logger) *Decoder {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Decoder{tables: tables, log: log, warned: map[string]bool{}, cols: map[*catalog.Table]map[string]int{}}
+}
+
+// SetTables replaces the table resolver (after the catalog changed).
+func (d *Decoder) SetTables(t Tables) { d.tables = t }
+
+func reject(pos Position, format string, args ...any) error {
+	return &DecodeError{Pos: pos, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Decode decodes one message. It never panics; every error is a
+// *DecodeError naming the message's position.
+func (d *Decoder) Decode(m Message) (rec Record, err error) {
+	defer func() {
+		if p := recover(); p != nil { // a converter bug must not take the pipeline down
+			rec, err = Record{}, reject(m.Pos, "internal decoder error: %v", p)
+		}
+	}()
+	rec.Pos = m.Pos
+	if isNull(m.Value) {
+		d.Skipped++
+		return Record{Kind: Skip, Pos: m.Pos, SkipReason: "tombstone"}, nil
+	}
+	v, err := d.vp.ParseBytes(m.Value)
+	if err != nil {
+		return rec, reject(m.Pos, "value is not JSON: %v", err)
+	}
+	// A file line may carry both: {"key": …, "value": …}.
+	keyVal := (*fastjson.Value)(nil)
+	if v.Type() == fastjson.TypeObject && v.Get("value") != nil && v.Get("payload") == nil && v.Get("op") == nil {
+		keyVal, v = v.Get("key"), v.Get("value")
+		if v.Type() == fastjson.TypeNull {
+			d.Skipped++
+			return Record{Kind: Skip, Pos: m.Pos, SkipReason: "tombstone"}, nil
+		}
+	} else if !isNull(m.Key) {
+		if keyVal, err = d.kp.ParseBytes(m.Key); err != nil {
+			return rec, reject(m.Pos, "key is not JSON: %v", err)
+		}
+	}
+	payload, schema := unwrap(v)
+	if payload == nil || payload.Type() == fastjson.TypeNull {
+		d.Skipped++
+		return Record{Kind: Skip, Pos: m.Pos, SkipReason: "null payload"}, nil
+	}
+	if payload.Type() != fastjson.TypeObject {
+		return rec, reject(m.Pos, "payload is %s, not an object", payload.Type())
+	}
+	if st := payload.GetStringBytes("status"); st != nil {
+		return d.boundary(m.Pos, payload, string(st))
+	}
+	op := payload.GetStringBytes("op")
+	if len(op) != 1 {
+		return rec, reject(m.Pos, "missing or bad \"op\" (not a Debezium change event?)")
+	}
+	rec.Op = Op(op[0])
+	source := payload.Get("source")
+	if rec.Op == OpMessage {
+		d.Skipped++
+		return Record{Kind: Skip, Pos: m.Pos, SkipReason: "logical message"}, nil
+	}
+	rec.Kind = Change
+	if source == nil {
+		return rec, reject(m.Pos, "change event without \"source\"")
+	}
+	rec.Table = string(source.GetStringBytes("table"))
+	if rec.Table == "" {
+		return rec, reject(m.Pos, "source.table is missing")
+	}
+	if tx := payload.Get("transaction"); tx != nil && tx.Type() == fastjson.TypeObject {
+		rec.TxID = normaliseTxID(string(tx.GetStringBytes("id")))
+		rec.TotalOrder = tx.GetInt64("total_order")
+	}
+	switch rec.Op {
+	case OpCreate, OpUpdate, OpDelete, OpRead, OpTruncate:
+	default:
+		return rec, reject(m.Pos, "unknown op %q", op)
+	}
+	t, ok := d.tables.Table(rec.Table)
+	fieldList := rowFields(schema)
+	if !ok {
+		if fieldList == nil {
+			return rec, reject(m.Pos, "table %q is not in the catalog and the message has no schema to create it from (declare the table, or enable schemas in the converter)", rec.Table)
+		}
+		sc, err := d.deriveSchema(keyVal, fieldList)
+		if err != nil {
+			return rec, reject(m.Pos, "table %q: cannot derive a schema: %v", rec.Table, err)
+		}
+		return rec, &UnknownTableError{Pos: m.Pos, Table: rec.Table, Schema: sc}
+	}
+	if rec.Op == OpTruncate {
+		return rec, nil
+	}
+	fields := byName(fieldList)
+	if rec.Before, err = d.row(m.Pos, t, payload.Get("before"), fields); err != nil {
+		return rec, err
+	}
+	if rec.After, err = d.row(m.Pos, t, payload.Get("after"), fields); err != nil {
+		return rec, err
+	}
+	if keyVal != nil && keyVal.Type() != fastjson.TypeNull {
+		if rec.Key, err = d.key(m.Pos, t, keyVal); err != nil {
+			return rec, err
+		}
+	}
+	switch {
+	case rec.Op == OpDelete && rec.Key == nil && rec.Before == nil:
+		return rec, reject(m.Pos, "delete without key or before image")
+	case rec.Op != OpDelete && rec.After == nil:
+		return rec, reject(m.Pos, "%c event without an after image", rec.Op)
+	}
+	return rec, nil
+}
+
+// isNull reports an absent or JSON-null message part. Only short inputs can
+// be "null" with spaces around, so long messages cost nothing here.
+func isNull(b []byte) bool {
+	if len(b) > 16 {
+		return false
+	}
+	b = bytes.TrimSpace(b)
+	return len(b) == 0 || string(b) == "null"
+}
+
+// unwrap separates the payload from a schema envelope, if there is one.
+func unwrap(v *fastjson.Value) (payload, schema *fastjson.Value) {
+	if v.Type() == fastjson.TypeObject {
+		if p := v.Get("payload"); p != nil && v.Get("schema") != nil {
+			return p, v.Get("schema")
+		}
+	}
+	return v, nil
+}
+
+// normaliseTxID keeps PostgreSQL's transaction number: its connector writes
+// "txId:lsn" with the LSN of each event, so ids of one transaction differ.
+// The rule looks at the id only (numbers:number), because transaction
+// metadata messages do not name their connector; MySQL GTIDs ("uuid:n")
+// and binlog positions ("file=…,pos=…") never have that shape.
+func normaliseTxID(id string) string {
+	i := strings.IndexByte(id, ':')
+	if i <= 0 || i == len(id)-1 || !allDigits(id[:i]) || !allDigits(id[i+1:]) {
+		return id
+	}
+	return id[:i]
+}
+
+func allDigits(s string) bool {
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *Decoder) boundary(pos Position, p *fastjson.Value, status string) (Record, error) {
+	rec := Record{Pos: pos, TxID: normaliseTxID(string(p.GetStringBytes("id")))}
+	if rec.TxID == "" {
+		return rec, reject(pos, "transaction %s without an id", status)
+	}
+	switch status {
+	case "BEGIN":
+		rec.Kind = Begin
+	case "END":
+		rec.Kind = End
+		rec.EventCount = p.GetInt64("event_count")
+		rec.PerTable = map[string]int64{}
+		for _, dc := range p.GetArray("data_collections") {
+			name := string(dc.GetStringBytes("data_collection"))
+			if i := strings.LastIndexByte(name, '.'); i >= 0 {
+				name = name[i+1:] // "db.table" or "schema.table" → table
+			}
+			rec.PerTable[name] += dc.GetInt64("event_count")
+		}
+	default:
+		return rec, reject(pos, "unknown transaction status %q", status)
+	}
+	return rec, nil
+}
+
+// rowFields extracts the column schema of the before/after structs, in
+// column order.
+func rowFields(schema *fastjson.Value) []field {
+	if schema == nil {
+		return nil
+	}
+	for _, f := range schema.GetArray("fields") {
+		name := string(f.GetStringBytes("field"))
+		if name != "after" && name != "before" {
+			continue
+		}
+		return parseFields(f.GetArray("fields"))
+	}
+	return nil
+}
+
+func byName(fs []field) map[string]field {
+	if fs == nil {
+		return nil
+	}
+	m := make(map[string]field, len(fs))
+	for _, f := range fs {
+		m[f.name] = f
+	}
+	return m
+}
+
+func parseFields(fs []*fastjson.Value) []field {
+	out := make([]field, 0, len(fs))
+	for _, f := range fs {
+		fd := field{
+			name:     string(f.GetStringBytes("field")),
+			typ:      string(f.GetStringBytes("type")),
+			logical:  string(f.GetStringBytes("name")),
+			optional: f.GetBool("optional"),
+		}
+		if ps := f.GetObject("parameters"); ps != nil {
+			fd.params = map[string]string{}
+			ps.Visit(func(k []byte, v *fastjson.Value) {
+				if s := v.GetStringBytes(); s != nil {
+					fd.params[string(k)] = string(s)
+				}
+			})
+		}
+		out = append(out, fd)
+	}
+	return out
+}
+
+// row converts a before/after object to the table's column order.
+// ErrUnknownTable is wrapped by *UnknownTableError.
+var ErrUnknownTable = errors.New("cdc: table not in the catalog")
+
+// UnknownTableError reports a schema-enabled message of a table the catalog
+// does not have, with the schema derived from the message: create the table
+// and decode the message again.
+type UnknownTableError struct {
+	Pos    Position
+	Table  string
+	Schema catalog.Schema
+}
+
+func (e *UnknownTableError) Error() string {
+	return fmt.Sprintf("cdc: %s: table %q is not in the catalog", e.Pos, e.Table)
+}
+
+func (e *UnknownTableError) Unwrap() error { return ErrUnknownTable }
+
+// deriveSchema builds a table schema from the value schema's row fields and
+// the primary key from the message key's fields.
+func (d *Decoder) deriveSchema(kv *fastjson.Value, fields []field) (catalog.Schema, error) {
+	var sc catalog.Schema
+	for _, f := range fields {
+		t, err := d.columnType(f)
+		if err != nil {
+			return sc, err
+		}
+		sc.Columns = append(sc.Columns, catalog.Column{Name: f.name, Type: t, Nullable: f.optional})
+	}
+	if kv == nil || kv.Type() == fastjson.TypeNull {
+		return sc, fmt.Errorf("no message key to take the primary key from")
+	}
+	payload, schema := unwrap(kv)
+	if schema != nil {
+		for _, f := range parseFields(schema.GetArray("fields")) {
+			sc.PrimaryKey = append(sc.PrimaryKey, f.name)
+		}
+	} else if o, err := payload.Object(); err == nil {
+		o.Visit(func(k []byte, _ *fastjson.Value) { sc.PrimaryKey = append(sc.PrimaryKey, string(k)) })
+	}
+	if len(sc.PrimaryKey) == 0 {
+		return sc, fmt.Errorf("the message key names no columns")
+	}
+	for _, k := range sc.PrimaryKey {
+		if i := sc.ColumnIndex(k); i >= 0 {
+			sc.Columns[i].Nullable = false
+		}
+	}
+	return sc, nil
+}
+
+func (d *Decoder) row(pos Position, t *catalog.Table, obj *fastjson.Value, fields map[string]field) ([]any, error) {
+	if obj == nil || obj.Type() == fastjson.TypeNull {
+		return nil, nil
+	}
+	o, err := obj.Object()
+	if err != nil {
+		return nil, reject(pos, "row image is %s, not an object", obj.Type())
+	}
+	cols := t.Schema.Columns
+	row := make([]any, len(cols))
+	seen := 0
+	var bad error
+	index := d.columnIndex(t)
+	o.Visit(func(k []byte, v *fastjson.Value) {
+		if bad != nil {
+			return
+		}
+		i, ok := index[string(k)]
+		if !ok {
+			i = t.Schema.ColumnIndex(string(k)) // names differing only in case
+		}
+		if i < 0 {
+			bad = reject(pos, "table %s has no column %q (schema change at the source?)", t.Name, k)
+			return
+		}
+		seen++
+		fd := fields[string(k)]
+		val, err := d.convert(v, cols[i], fd)
+		if err != nil {
+			bad = reject(pos, "table %s column %s: %v", t.Name, cols[i].Name, err)
+			return
+		}
+		row[i] = val
+	})
+	if bad != nil {
+		return nil, bad
+	}
+	for i, c := range cols {
+		if row[i] == nil && !c.Nullable {
+			return nil, reject(pos, "table %s: NOT NULL column %s is missing or null", t.Name, c.Name)
+		}
+	}
+	return row, nil
+}
+
+// columnIndex maps a table's column names to positions, once per table
+// version (a schema change makes a new *Table).
+func (d *Decoder) columnIndex(t *catalog.Table) map[string]int {
+	m, ok := d.cols[t]
+	if !ok {
+		m = make(map[string]int, len(t.Schema.Columns))
+		for i, c := range t.Schema.Columns {
+			m[c.Name] = i
+		}
+		if len(d.cols) > 1024 {
+			clear(d.cols)
+		}
+		d.cols[t] = m
+	}
+	return m
+}
+
+// key converts a message key to primary-key values.
+func (d *Decoder) key(pos Position, t *catalog.Table, v *fastjson.Value) ([]any, error) {
+	var err error
+	payload, schema := unwrap(v)
+	var fields map[string]field
+	if schema != nil {
+		fields = byName(parseFields(schema.GetArray("fields")))
+	}
+	out := make([]any, len(t.Schema.PrimaryKey))
+	for i, k := range t.Schema.PrimaryKey {
+		kv := payload.Get(k)
+		if kv == nil {
+			return nil, reject(pos, "key has no primary-key column %q of table %s", k, t.Name)
+		}
+		c := t.Schema.Columns[t.Schema.ColumnIndex(k)]
+		if out[i], err = d.convert(kv, c, fields[k]); err != nil {
+			return nil, reject(pos, "key column %s: %v", k, err)
+		}
+		if out[i] == nil {
+			return nil, reject(pos, "key column %s is null", k)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,97 @@
+// Package cdc is the change model (change events, transaction boundaries,
+// source positions) and its sources and decoders: Debezium JSON from
+// newline-delimited files or from Kafka topics.
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Position is where a message sits in its source: an offset within one
+// stream (a file, or a Kafka topic partition). Offsets of one stream grow.
+type Position struct {
+	Stream string `json:"stream"`
+	Offset int64  `json:"offset"`
+}
+
+func (p Position) String() string { return fmt.Sprintf("%s@%d", p.Stream, p.Offset) }
+
+// Message is one raw message of a source: a Debezium value (nil for a
+// tombstone) and, from Kafka, its key.
+type Message struct {
+	Pos   Position
+	Key   []byte
+	Value []byte
+}
+
+// Source yields messages in order within each stream.
+type Source interface {
+	// Next returns the next message; it blocks until one is available, the
+	// source ends (io.EOF) or ctx is done.
+	Next(ctx context.Context) (Message, error)
+	// Commit tells the source that everything before the given positions
+	// is durably applied (Kafka commits offsets; files need not).
+	Commit(ctx context.Context, resume map[string]int64) error
+	// Close releases the source.
+	Close() error
+}
+
+// Op is a Debezium operation.
+type Op byte
+
+// Debezium operations.
+const (
+	OpCreate   Op = 'c'
+	OpUpdate   Op = 'u'
+	OpDelete   Op = 'd'
+	OpRead     Op = 'r' // snapshot
+	OpTruncate Op = 't'
+	OpMessage  Op = 'm' // logical decoding message: ignored
+)
+
+// Kind tells what a decoded record is.
+type Kind uint8
+
+// Record kinds.
+const (
+	Change Kind = iota + 1
+	Begin       // transaction BEGIN
+	End         // transaction END
+	Skip        // nothing to apply: a tombstone or a logical message
+)
+
+// Record is one decoded message.
+type Record struct {
+	Kind Kind
+	Pos  Position
+	// Change fields.
+	Table  string
+	Op     Op
+	Key    []any // primary key in key-column order, when the message had one
+	Before []any // full rows in the table's column order, nil when absent
+	After  []any
+	// TxID is the normalised source transaction id ("" without metadata);
+	// TotalOrder orders a change within its transaction.
+	TxID       string
+	TotalOrder int64
+	// End fields: events in the transaction, in all and per table.
+	EventCount int64
+	PerTable   map[string]int64
+	// SkipReason says why a Skip record carries nothing.
+	SkipReason string
+}
+
+// ErrDecode is wrapped by every decoding rejection.
+var ErrDecode = errors.New("cdc: cannot decode")
+
+// DecodeError names the message a rejection is about.
+type DecodeError struct {
+	Pos    Position
+	Reason string
+}
+
+func (e *DecodeError) Error() string { return fmt.Sprintf("cdc: %s: %s", e.Pos, e.Reason) }
+
+func (e *DecodeError) Unwrap() error { return ErrDecode }

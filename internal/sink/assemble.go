@@ -1,0 +1,188 @@
+package sink
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/retinadb/retina/internal/cdc"
+)
+
+// Txn is one rebuilt source transaction.
+type Txn struct {
+	// ID identifies it for de-duplication: the source transaction id, or
+	// the position of its first message when there is no metadata.
+	ID string
+	// Changes in commit order within the transaction.
+	Changes []cdc.Record
+	// Positions of every message that belongs to it (changes, BEGIN, END).
+	Positions []cdc.Position
+}
+
+type pendingTxn struct {
+	id        string
+	changes   map[int64]cdc.Record // total_order → change (redeliveries collapse)
+	positions []cdc.Position
+	end       *cdc.Record
+	since     time.Time
+}
+
+func (p *pendingTxn) complete() (bool, error) {
+	if p.end == nil || int64(len(p.changes)) < p.end.EventCount {
+		return false, nil
+	}
+	if int64(len(p.changes)) > p.end.EventCount {
+		return false, fmt.Errorf("transaction %s: %d events, END says %d", p.id, len(p.changes), p.end.EventCount)
+	}
+	got := map[string]int64{}
+	for _, c := range p.changes {
+		got[c.Table]++
+	}
+	for table, n := range p.end.PerTable {
+		if got[table] != n {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// assembler rebuilds source transactions from decoded records that may
+// arrive interleaved across topics, before their BEGIN, and more than once.
+//
+// Grouping rule: a change with transaction metadata joins its transaction,
+// which is complete when its END has arrived and the per-table event counts
+// match; completed transactions are released in END order (the source's
+// commit order). Snapshot events (op r) without metadata are grouped into
+// batches of up to snapshotBatch events. Any other change without metadata
+// is a transaction of its own.
+type assembler struct {
+	snapshotBatch int
+	open          map[string]*pendingTxn
+	ends          []string // transaction ids in END order
+	snapshot      []cdc.Record
+	out           []Txn
+	// Recently released transactions: a late redelivered message of one is
+	// dropped instead of opening the transaction again.
+	released map[string]struct{}
+	fifo     []string
+	dropped  []cdc.Position
+}
+
+// rememberReleased bounds the set of released transaction ids.
+const rememberReleased = 1 << 16
+
+func newAssembler(snapshotBatch int) *assembler {
+	return &assembler{snapshotBatch: snapshotBatch, open: map[string]*pendingTxn{}, released: map[string]struct{}{}}
+}
+
+// add takes one record; completed transactions accumulate in a.out.
+func (a *assembler) add(r cdc.Record) error {
+	if r.Kind == cdc.Change && r.TxID == "" && r.Op == cdc.OpRead {
+		a.snapshot = append(a.snapshot, r)
+		if len(a.snapshot) >= a.snapshotBatch {
+			a.flushSnapshot()
+		}
+		return nil
+	}
+	a.flushSnapshot() // keep snapshot batches in stream order
+	switch {
+	case r.Kind == cdc.Change && r.TxID == "":
+		a.out = append(a.out, Txn{ID: r.Pos.String(), Changes: []cdc.Record{r}, Positions: []cdc.Position{r.Pos}})
+		return nil
+	case r.Kind == cdc.Skip:
+		return nil
+	}
+	if _, done := a.released[r.TxID]; done {
+		a.dropped = append(a.dropped, r.Pos)
+		return nil
+	}
+	p := a.open[r.TxID]
+	if p == nil {
+		p = &pendingTxn{id: r.TxID, changes: map[int64]cdc.Record{}, since: time.Now()}
+		a.open[r.TxID] = p
+	}
+	p.positions = append(p.positions, r.Pos)
+	switch r.Kind {
+	case cdc.Change:
+		p.changes[r.TotalOrder] = r
+	case cdc.End:
+		if p.end == nil {
+			rr := r
+			p.end = &rr
+			a.ends = append(a.ends, r.TxID)
+		}
+	}
+	return a.release()
+}
+
+// release moves completed transactions at the head of the END order out.
+func (a *assembler) release() error {
+	for len(a.ends) > 0 {
+		p := a.open[a.ends[0]]
+		done, err := p.complete()
+		if err != nil {
+			return err
+		}
+		if !done {
+			return nil
+		}
+		t := Txn{ID: p.id, Positions: p.positions}
+		orders := make([]int64, 0, len(p.changes))
+		for o := range p.changes {
+			orders = append(orders, o)
+		}
+		slices.Sort(orders)
+		for _, o := range orders {
+			t.Changes = append(t.Changes, p.changes[o])
+		}
+		a.out = append(a.out, t)
+		delete(a.open, p.id)
+		a.ends = a.ends[1:]
+		a.released[p.id] = struct{}{}
+		a.fifo = append(a.fifo, p.id)
+		if len(a.fifo) > rememberReleased {
+			delete(a.released, a.fifo[0])
+			a.fifo = a.fifo[1:]
+		}
+	}
+	return nil
+}
+
+// flushSnapshot releases a partial batch of snapshot events.
+func (a *assembler) flushSnapshot() {
+	if len(a.snapshot) == 0 {
+		return
+	}
+	t := Txn{ID: a.snapshot[0].Pos.String(), Changes: a.snapshot}
+	for _, r := range a.snapshot {
+		t.Positions = append(t.Positions, r.Pos)
+	}
+	a.out = append(a.out, t)
+	a.snapshot = nil
+}
+
+// take returns and clears the completed transactions.
+func (a *assembler) take() []Txn {
+	out := a.out
+	a.out = nil
+	return out
+}
+
+// takeDropped returns and clears the positions of dropped duplicates.
+func (a *assembler) takeDropped() []cdc.Position {
+	out := a.dropped
+	a.dropped = nil
+	return out
+}
+
+// stuck describes the oldest transaction held up, for diagnostics.
+func (a *assembler) stuck(after time.Duration) string {
+	if len(a.ends) == 0 {
+		return ""
+	}
+	p := a.open[a.ends[0]]
+	if time.Since(p.since) < after {
+		return ""
+	}
+	return fmt.Sprintf("transaction %s has %d of %d events after %s", p.id, len(p.changes), p.end.EventCount, time.Since(p.since).Round(time.Second))
+}
