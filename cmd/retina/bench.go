@@ -29,6 +29,8 @@ func newBenchCommand() *cobra.Command {
 			bench.DefaultReplayConfig(), replayFlags, bench.Replay),
 		benchSubcommand("sink", "CDC sink: Debezium JSON decoding and file → sink → replayer throughput",
 			bench.DefaultSinkConfig(), sinkFlags, bench.Sink),
+		benchSubcommand("query", "Query path: visibility-filter overhead, 1% delta slowdown, scan rate vs DuckDB read_parquet",
+			bench.DefaultQueryConfig(), queryFlags, bench.Query),
 	)
 	return cmd
 }
@@ -108,5 +110,13 @@ func sinkFlags(f *pflag.FlagSet, cfg *bench.SinkConfig) {
 	f.IntVar(&cfg.DecodeEvents, "decode-events", cfg.DecodeEvents, "events decoded for decode_events_per_sec")
 	f.IntVar(&cfg.SinkRows, "rows", cfg.SinkRows, "rows streamed file → sink → replayer")
 	f.IntVar(&cfg.TxnRows, "txn-rows", cfg.TxnRows, "rows per source transaction")
+	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
+}
+
+func queryFlags(f *pflag.FlagSet, cfg *bench.QueryConfig) {
+	f.IntVar(&cfg.Rows, "rows", cfg.Rows, "base rows")
+	f.IntVar(&cfg.FileRows, "file-rows", cfg.FileRows, "rows per base file")
+	f.Float64Var(&cfg.DeltaPct, "delta-pct", cfg.DeltaPct, "percent of rows updated after the load")
+	f.IntVar(&cfg.Runs, "runs", cfg.Runs, "timed runs per figure (median reported)")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
 }

@@ -30,7 +30,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newBenchCommand())
+	root.AddCommand(newVersionCommand(), newBenchCommand(), newSQLCommand())
 	return root
 }
 

@@ -52,12 +52,17 @@ func TransferSchema() *arrow.Schema {
 
 // transferRecords makes rows in records of up to 64K, create_ts = row + 1.
 func transferRecords(rng *rand.Rand, rows int) []arrow.RecordBatch {
+	return transferRecordsRange(rng, 0, rows, func(i int) int64 { return int64(i + 1) })
+}
+
+// transferRecordsRange makes the rows with ids [lo, hi).
+func transferRecordsRange(rng *rand.Rand, lo, hi int, createTS func(id int) int64) []arrow.RecordBatch {
 	schema := lake.FileSchema(TransferSchema())
 	kinds := []string{"transfer", "payment", "refund", "salary", "loan"}
 	var out []arrow.RecordBatch
 	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
 	defer b.Release()
-	for i := range rows {
+	for i := lo; i < hi; i++ {
 		b.Field(0).(*array.Int64Builder).Append(int64(i))
 		b.Field(1).(*array.Int64Builder).Append(rng.Int64N(1_000_000))
 		b.Field(2).(*array.Int64Builder).Append(rng.Int64N(1_000_000))
@@ -68,8 +73,8 @@ func transferRecords(rng *rand.Rand, rows int) []arrow.RecordBatch {
 		b.Field(7).(*array.BooleanBuilder).Append(rng.IntN(50) == 0)
 		b.Field(8).(*array.Date32Builder).Append(arrow.Date32(19700 + i/100000))
 		b.Field(9).(*array.Float64Builder).Append(rng.Float64() * 5)
-		b.Field(10).(*array.Int64Builder).Append(int64(i + 1))
-		if b.Field(0).Len() == 1<<16 || i == rows-1 {
+		b.Field(10).(*array.Int64Builder).Append(createTS(i))
+		if b.Field(0).Len() == 1<<16 || i == hi-1 {
 			out = append(out, b.NewRecordBatch())
 		}
 	}

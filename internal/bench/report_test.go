@@ -140,3 +140,18 @@ func TestSinkBenchSmall(t *testing.T) {
 		}
 	}
 }
+
+func TestQueryBenchSmall(t *testing.T) {
+	cfg := DefaultQueryConfig()
+	cfg.Rows, cfg.FileRows, cfg.Runs = 40_000, 16_384, 1
+	var out bytes.Buffer
+	r := NewReport(&out, "query")
+	if err := Query(t.Context(), r, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"vfor_overhead_ratio", "delta_slowdown_ratio", "scan_rows_per_sec", "vs_duckdb_native_ratio"} {
+		if v, ok := r.Get(k); !ok || v.(float64) <= 0 {
+			t.Fatalf("figure %s = %v:\n%s", k, v, out.String())
+		}
+	}
+}

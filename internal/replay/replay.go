@@ -217,6 +217,30 @@ func (r *Replayer) registerFile(f *writebuffer.VirtualFile) error {
 	return nil
 }
 
+// AdoptFile makes the replayer own the visibility of a regular file that
+// did not come from its write buffer (bulk-loaded data, or files reopened
+// after a restart): vis holds its deletes so far (a restored checkpoint),
+// or nil for none. Its row ids are mapped like a virtual file's.
+func (r *Replayer) AdoptFile(ctx context.Context, f *catalog.File, vis *visibility.RowGroup) error {
+	rows := int(f.Rows())
+	if vis == nil {
+		var err error
+		if vis, err = visibility.NewRowGroup(rows); err != nil {
+			return err
+		}
+	}
+	if vis.Rows() < rows {
+		return fmt.Errorf("replay: visibility of file %d covers %d rows, the file has %d", f.ID, vis.Rows(), rows)
+	}
+	if err := r.cfg.Index.Register(ctx, index.RowRange{First: RowID(f.ID, 0), N: uint32(vis.Rows())}, index.Location{FileID: f.ID}); err != nil {
+		return err
+	}
+	r.filesMu.Lock()
+	r.files[f.ID] = vis
+	r.filesMu.Unlock()
+	return nil
+}
+
 // FileVisibility returns the visibility of a file this replayer owns.
 func (r *Replayer) FileVisibility(file uint64) (*visibility.RowGroup, bool) {
 	r.filesMu.RLock()

@@ -66,30 +66,92 @@ type Stats struct {
 	RowsRead, RowsOut     int64
 }
 
+// Split is one unit of scan work: a row group of a regular file, or a
+// whole virtual file (its write-buffer blocks).
+type Split struct {
+	File     *catalog.File
+	RowGroup int // regular files; -1 for a virtual file
+}
+
+// Plan lists the splits of a request, skipping row groups whose rows are all
+// newer than the snapshot (statistics from the catalog, no I/O).
+func (sc *Scanner) Plan(req Request) ([]Split, Stats) {
+	var st Stats
+	var out []Split
+	for _, f := range req.Files {
+		if f.State == catalog.Virtual {
+			out = append(out, Split{File: f, RowGroup: -1})
+			continue
+		}
+		for g, meta := range f.RowGroups {
+			if meta.Rows == 0 || meta.MinCreateTS > req.Snapshot {
+				st.SkippedSplits++
+				continue
+			}
+			out = append(out, Split{File: f, RowGroup: g})
+		}
+		if len(f.RowGroups) == 0 { // row groups unknown: read the footer
+			out = append(out, Split{File: f, RowGroup: -2})
+		}
+	}
+	st.Splits = len(out) + st.SkippedSplits
+	return out, st
+}
+
 // Scan emits the visible rows of the requested columns. emit owns each
 // record it receives (release it when done).
 func (sc *Scanner) Scan(ctx context.Context, req Request, emit func(arrow.RecordBatch) error) (Stats, error) {
-	var st Stats
-	for _, c := range req.Columns {
-		if c < 0 || c >= len(req.Table.Schema.Columns) {
-			return st, fmt.Errorf("scan: %s has no column %d", req.Table.Name, c)
-		}
+	if err := sc.check(req); err != nil {
+		return Stats{}, err
 	}
-	for _, f := range req.Files {
+	splits, st := sc.Plan(req)
+	for _, sp := range splits {
 		if err := ctx.Err(); err != nil {
 			return st, err
 		}
-		var err error
-		if f.State == catalog.Virtual {
-			err = sc.scanVirtual(ctx, req, f, &st, emit)
-		} else {
-			err = sc.scanRegular(ctx, req, f, f.Key, nil, &st, emit)
-		}
-		if err != nil {
-			return st, fmt.Errorf("scan %s file %d: %w", req.Table.Name, f.ID, err)
+		if err := sc.ScanSplit(ctx, req, sp, &st, emit); err != nil {
+			return st, err
 		}
 	}
 	return st, nil
+}
+
+func (sc *Scanner) check(req Request) error {
+	for _, c := range req.Columns {
+		if c < 0 || c >= len(req.Table.Schema.Columns) {
+			return fmt.Errorf("scan: %s has no column %d", req.Table.Name, c)
+		}
+	}
+	return nil
+}
+
+// ScanSplit scans one split. Splits of one request may be scanned in
+// parallel, each with its own Stats.
+func (sc *Scanner) ScanSplit(ctx context.Context, req Request, sp Split, st *Stats, emit func(arrow.RecordBatch) error) error {
+	return sc.ScanSplitSelected(ctx, req, sp, st, sc.materialize(ctx, emit))
+}
+
+// Selected is a sink for records with their visible rows marked: bit i of
+// Mask is set iff row i is visible (nil: all rows). The sink owns rec.
+type Selected func(rec arrow.RecordBatch, mask []uint64, visible int) error
+
+// ScanSplitSelected scans one split without copying out the visible rows:
+// the sink gets each record with its selection, for consumers that copy
+// rows anyway (the SQL engine's table function).
+func (sc *Scanner) ScanSplitSelected(ctx context.Context, req Request, sp Split, st *Stats, emit Selected) error {
+	var err error
+	switch {
+	case sp.RowGroup == -1:
+		err = sc.scanVirtual(ctx, req, sp.File, st, emit)
+	case sp.RowGroup == -2:
+		err = sc.scanRegular(ctx, req, sp.File, sp.File.Key, nil, -1, st, emit)
+	default:
+		err = sc.scanRegular(ctx, req, sp.File, sp.File.Key, nil, sp.RowGroup, st, emit)
+	}
+	if err != nil {
+		return fmt.Errorf("scan %s file %d: %w", req.Table.Name, sp.File.ID, err)
+	}
+	return nil
 }
 
 func (sc *Scanner) owner(f *catalog.File) (Owner, error) {
@@ -123,19 +185,8 @@ func (sc *Scanner) bitmap(f *catalog.File, vis *visibility.RowGroup, snapshot ui
 	return bm, nil
 }
 
-// scanRegular scans the row groups of a Parquet file (one per regular file
-// today; the loop covers rewritten files with several).
-func (sc *Scanner) scanRegular(ctx context.Context, req Request, f *catalog.File, key string, vis *visibility.RowGroup, st *Stats, emit func(arrow.RecordBatch) error) error {
-	groups := f.RowGroups
-	live := false
-	for _, g := range groups {
-		live = live || (g.Rows > 0 && g.MinCreateTS <= req.Snapshot)
-	}
-	st.Splits += len(groups)
-	if !live && groups != nil {
-		st.SkippedSplits += len(groups)
-		return nil
-	}
+// scanRegular scans one row group of a Parquet file (only = -1: all).
+func (sc *Scanner) scanRegular(ctx context.Context, req Request, f *catalog.File, key string, vis *visibility.RowGroup, only int, st *Stats, emit Selected) error {
 	r, err := sc.lake.ReaderAt(ctx, key)
 	if err != nil {
 		return err
@@ -152,8 +203,7 @@ func (sc *Scanner) scanRegular(ctx context.Context, req Request, f *catalog.File
 	offset := 0
 	for g, meta := range pf.RowGroups() {
 		rows := int(meta.Rows)
-		if meta.Rows == 0 || meta.MinCreateTS > req.Snapshot {
-			st.SkippedSplits++
+		if (only >= 0 && g != only) || meta.Rows == 0 || meta.MinCreateTS > req.Snapshot {
 			offset += rows
 			continue
 		}
@@ -173,7 +223,7 @@ func (sc *Scanner) scanRegular(ctx context.Context, req Request, f *catalog.File
 
 // scanVirtual scans a file still in a replayer's write buffer: in-memory
 // blocks from the view, flushed blocks from the lake, one bitmap for all.
-func (sc *Scanner) scanVirtual(ctx context.Context, req Request, f *catalog.File, st *Stats, emit func(arrow.RecordBatch) error) error {
+func (sc *Scanner) scanVirtual(ctx context.Context, req Request, f *catalog.File, st *Stats, emit Selected) error {
 	o, err := sc.owner(f)
 	if err != nil {
 		return err
@@ -186,15 +236,12 @@ func (sc *Scanner) scanVirtual(ctx context.Context, req Request, f *catalog.File
 	defer view.Release()
 	fv := view.Files[0]
 	if fv.Regular { // combined since the plan was made: read it as regular
-		rf := *f
-		rf.RowGroups = nil
-		return sc.scanRegular(ctx, req, &rf, fv.Key, fv.Vis, st, emit)
+		return sc.scanRegular(ctx, req, f, fv.Key, fv.Vis, -1, st, emit)
 	}
 	bm, err := sc.bitmap(f, fv.Vis, req.Snapshot)
 	if err != nil {
 		return err
 	}
-	st.Splits++
 	for _, b := range fv.Blocks {
 		if b.Records == nil {
 			if err := sc.scanBlockObject(ctx, req, b, bm, st, emit); err != nil {
@@ -220,7 +267,7 @@ func (sc *Scanner) scanVirtual(ctx context.Context, req Request, f *catalog.File
 	return nil
 }
 
-func (sc *Scanner) scanBlockObject(ctx context.Context, req Request, b writebuffer.BlockView, bm []uint64, st *Stats, emit func(arrow.RecordBatch) error) error {
+func (sc *Scanner) scanBlockObject(ctx context.Context, req Request, b writebuffer.BlockView, bm []uint64, st *Stats, emit Selected) error {
 	r, err := sc.lake.ReaderAt(ctx, b.Key)
 	if err != nil {
 		return err
@@ -269,7 +316,7 @@ func project(rec arrow.RecordBatch, cols []int) (arrow.RecordBatch, error) {
 
 // filterEmit drops invisible rows of rec (projected columns + create_ts
 // last) and emits the rest without the create_ts column.
-func (sc *Scanner) filterEmit(ctx context.Context, rec arrow.RecordBatch, deleted []uint64, filterTS bool, snapshot uint64, st *Stats, emit func(arrow.RecordBatch) error) error {
+func (sc *Scanner) filterEmit(ctx context.Context, rec arrow.RecordBatch, deleted []uint64, filterTS bool, snapshot uint64, st *Stats, emit Selected) error {
 	n := int(rec.NumRows())
 	st.RowsRead += int64(n)
 	var ts []int64
@@ -280,14 +327,29 @@ func (sc *Scanner) filterEmit(ctx context.Context, rec arrow.RecordBatch, delete
 	if visible == 0 {
 		return nil
 	}
+	st.RowsOut += int64(visible)
 	trimmed := array.NewRecordBatch(arrow.NewSchema(rec.Schema().Fields()[:rec.NumCols()-1], nil), rec.Columns()[:rec.NumCols()-1], int64(n))
-	defer trimmed.Release()
-	out, err := lake.FilterVisible(ctx, trimmed, mask, visible, sc.mem)
-	if err != nil {
-		return err
+	if visible == n {
+		mask = nil
 	}
-	st.RowsOut += out.NumRows()
-	return emit(out)
+	return emit(trimmed, mask, visible)
+}
+
+// materialize adapts a record sink to selected records: it copies out the
+// visible rows (Arrow's filter kernel, the mask as its selection bitmap).
+func (sc *Scanner) materialize(ctx context.Context, emit func(arrow.RecordBatch) error) Selected {
+	return func(rec arrow.RecordBatch, mask []uint64, visible int) error {
+		defer rec.Release()
+		if mask == nil {
+			rec.Retain()
+			return emit(rec)
+		}
+		out, err := lake.FilterVisible(ctx, rec, mask, visible, sc.mem)
+		if err != nil {
+			return err
+		}
+		return emit(out)
+	}
 }
 
 // bitsAt returns the n bits of bm starting at bit off, as words from bit 0.

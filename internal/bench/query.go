@@ -1,0 +1,282 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	_ "github.com/duckdb/duckdb-go/v2" // the native read_parquet reference
+
+	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/lake"
+	"github.com/retinadb/retina/internal/replay"
+	"github.com/retinadb/retina/internal/server"
+	"github.com/retinadb/retina/internal/writebuffer"
+)
+
+// QueryConfig sizes the query benchmark.
+type QueryConfig struct {
+	Rows     int     // base rows, loaded as regular files
+	FileRows int     // rows per file (one row group each)
+	DeltaPct float64 // share of rows updated after the load
+	Runs     int     // timed runs per figure (the median is reported)
+	Seed     uint64
+}
+
+// DefaultQueryConfig loads 10M rows and updates 1%.
+func DefaultQueryConfig() QueryConfig {
+	return QueryConfig{Rows: 10_000_000, FileRows: 1 << 20, DeltaPct: 1, Runs: 3, Seed: 1}
+}
+
+const benchQuery = `SELECT type, count(*) AS n, sum(amount) AS total, avg(fee) AS fee FROM transfer WHERE NOT flagged GROUP BY type ORDER BY type`
+
+// Query measures a scan+aggregate through the SQL engine on a large table:
+// with and without the visibility filter, before and after a 1% delta,
+// and DuckDB's own read_parquet over the same files as a reference.
+func Query(ctx context.Context, r *Report, cfg QueryConfig) error {
+	dir, err := os.MkdirTemp("", "retina-bench-query-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	quiet := slog.New(slog.DiscardHandler)
+	n, err := server.OpenNode(ctx, server.NodeConfig{DataDir: dir, Replayers: 1, Logger: quiet})
+	if err != nil {
+		return err
+	}
+	defer n.Close(context.Background())
+	tb, err := n.Catalog.CreateTable(ctx, "transfer", catalog.Schema{Columns: transferColumns(), PrimaryKey: []string{"id"}})
+	if err != nil {
+		return err
+	}
+	r.Set("rows", cfg.Rows)
+	r.Set("query", benchQuery)
+
+	start := time.Now()
+	files, err := loadBase(ctx, n, tb, cfg)
+	if err != nil {
+		return err
+	}
+	r.Printf("load: %d rows in %d files written, registered and adopted in %.1fs", cfg.Rows, len(files), time.Since(start).Seconds())
+	load, err := n.Txn.BeginMirror(ctx, 1) // the load is transaction 1
+	if err != nil {
+		return err
+	}
+	if err := n.Txn.CommitMirror(ctx, load.First); err != nil {
+		return err
+	}
+	sess, err := n.Engine.NewSession(ctx)
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	run := func() (time.Duration, string, error) {
+		var times []time.Duration
+		var result string
+		for range cfg.Runs {
+			t0 := time.Now()
+			res, err := sess.Run(ctx, benchQuery)
+			if err != nil {
+				return 0, "", err
+			}
+			var b strings.Builder
+			for res.Next() {
+				v, err := res.Values()
+				if err != nil {
+					res.Close()
+					return 0, "", err
+				}
+				fmt.Fprintln(&b, v...)
+			}
+			err = res.Err()
+			res.Close()
+			if err != nil {
+				return 0, "", err
+			}
+			times = append(times, time.Since(t0))
+			result = b.String()
+		}
+		slices.Sort(times)
+		return times[len(times)/2], result, nil
+	}
+	static, _, err := run()
+	if err != nil {
+		return err
+	}
+	r.Printf("static base data: median %.0f ms", ms(static))
+
+	deleted, err := applyDelta(ctx, n, tb, files, cfg)
+	if err != nil {
+		return err
+	}
+	r.Printf("delta: %d rows updated (old versions deleted in visibility, new versions in the write buffer)", deleted)
+	withVis, _, err := run()
+	if err != nil {
+		return err
+	}
+	n.Scanner.NoVisibility = true
+	noVis, _, err := run()
+	n.Scanner.NoVisibility = false
+	if err != nil {
+		return err
+	}
+	native, err := nativeLatency(ctx, strings.TrimPrefix(n.Config.Lake, "file://"), files, cfg.Runs)
+	if err != nil {
+		return err
+	}
+	r.Printf("with 1%% delta: median %.0f ms with visibility filtering, %.0f ms without it", ms(withVis), ms(noVis))
+	r.Printf("DuckDB read_parquet over the same files: median %.0f ms", ms(native))
+	r.Set("static_ms", math.Round(ms(static)))
+	r.Set("delta_ms", math.Round(ms(withVis)))
+	r.Set("delta_no_visibility_ms", math.Round(ms(noVis)))
+	r.Set("native_read_parquet_ms", math.Round(ms(native)))
+	r.Set("vfor_overhead_ratio", math.Round(float64(withVis)/float64(noVis)*1000)/1000)
+	r.Set("delta_slowdown_ratio", math.Round(float64(withVis)/float64(static)*1000)/1000)
+	r.Set("scan_rows_per_sec", math.Round(float64(cfg.Rows)/withVis.Seconds()))
+	r.Set("vs_duckdb_native_ratio", math.Round(float64(withVis)/float64(native)*1000)/1000)
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// loadBase writes the base rows as regular files (two writers at a time),
+// registers them and gives replayer 0 their visibility.
+func loadBase(ctx context.Context, n *server.Node, tb *catalog.Table, cfg QueryConfig) ([]*catalog.File, error) {
+	nfiles := (cfg.Rows + cfg.FileRows - 1) / cfg.FileRows
+	first, err := n.Catalog.AllocateFileIDs(ctx, nfiles)
+	if err != nil {
+		return nil, err
+	}
+	files := make([]*catalog.File, nfiles)
+	errs := make([]error, nfiles)
+	sem := make(chan struct{}, 2)
+	var wg sync.WaitGroup
+	for i := range nfiles {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			id := first + uint64(i)
+			lo, hi := i*cfg.FileRows, min((i+1)*cfg.FileRows, cfg.Rows)
+			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(i)))
+			files[i], errs[i] = writeBaseFile(ctx, n, tb, id, lo, hi, rng)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+		if err := n.Replayers[0].AdoptFile(ctx, files[i], nil); err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
+}
+
+func writeBaseFile(ctx context.Context, n *server.Node, tb *catalog.Table, id uint64, lo, hi int, rng *rand.Rand) (*catalog.File, error) {
+	schema := lake.FileSchema(TransferSchema())
+	var buf bytes.Buffer
+	w, err := lake.NewFileWriter(&buf, schema, lake.WriterOptions{RowGroupRows: int64(hi - lo)})
+	if err != nil {
+		return nil, err
+	}
+	for _, rec := range transferRecordsRange(rng, lo, hi, func(int) int64 { return 1 }) {
+		err = w.Write(rec)
+		rec.Release()
+		if err != nil {
+			return nil, err
+		}
+	}
+	groups, err := w.Close()
+	if err != nil {
+		return nil, err
+	}
+	key := writebuffer.RegularKey(tb.ID, id)
+	if err := n.Lake.Put(ctx, key, buf.Bytes()); err != nil {
+		return nil, err
+	}
+	return n.Catalog.RegisterFile(ctx, catalog.File{ID: id, TableID: tb.ID, Key: key, State: catalog.Regular, Replayer: 0, RowGroups: groups})
+}
+
+// applyDelta updates DeltaPct of the rows: each old version gets a delete
+// timestamp in its file's visibility and the new version goes through the
+// replayer into the write buffer, all in one mirror transaction.
+func applyDelta(ctx context.Context, n *server.Node, tb *catalog.Table, files []*catalog.File, cfg QueryConfig) (int, error) {
+	rng := rand.New(rand.NewPCG(cfg.Seed, 99))
+	k := int(float64(cfg.Rows) * cfg.DeltaPct / 100)
+	rg, err := n.Txn.BeginMirror(ctx, 1)
+	if err != nil {
+		return 0, err
+	}
+	ts := rg.First
+	seen := map[int]bool{}
+	var ops []replay.Op
+	for len(seen) < k {
+		row := rng.IntN(cfg.Rows)
+		if seen[row] {
+			continue
+		}
+		seen[row] = true
+		f := files[row/cfg.FileRows]
+		vis, ok := n.Replayers[0].FileVisibility(f.ID)
+		if !ok {
+			return 0, fmt.Errorf("no visibility for file %d", f.ID)
+		}
+		if err := vis.Delete(uint32(row%cfg.FileRows), ts); err != nil {
+			return 0, err
+		}
+		ops = append(ops, replay.Op{TS: ts, Table: tb.ID, Kind: replay.Insert, Row: transferRow(rng, int64(cfg.Rows+len(ops)))})
+	}
+	for i := 0; i < len(ops); i += 4096 {
+		if err := n.Replayers[0].Apply(ctx, ops[i:min(i+4096, len(ops))]); err != nil {
+			return 0, err
+		}
+	}
+	if err := n.Txn.CommitMirror(ctx, ts); err != nil {
+		return 0, err
+	}
+	return k, nil
+}
+
+// nativeLatency runs the same query with DuckDB's own Parquet reader over
+// the base files (the delta is not in them: a reference, not a rival).
+func nativeLatency(ctx context.Context, lakeDir string, files []*catalog.File, runs int) (time.Duration, error) {
+	db, err := sql.Open("duckdb", "")
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	paths := make([]string, len(files))
+	for i, f := range files {
+		paths[i] = "'" + filepath.Join(lakeDir, f.Key) + "'"
+	}
+	q := strings.Replace(benchQuery, "FROM transfer", "FROM read_parquet(["+strings.Join(paths, ",")+"])", 1)
+	var times []time.Duration
+	for range runs {
+		t0 := time.Now()
+		rows, err := db.QueryContext(ctx, q)
+		if err != nil {
+			return 0, err
+		}
+		for rows.Next() {
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return 0, err
+		}
+		times = append(times, time.Since(t0))
+	}
+	slices.Sort(times)
+	return times[len(times)/2], nil
+}

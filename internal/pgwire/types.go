@@ -1,0 +1,422 @@
+package pgwire
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"math/big"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/duckdb/duckdb-go/v2"
+)
+
+// PostgreSQL type OIDs used on the wire.
+const (
+	oidBool        = 16
+	oidBytea       = 17
+	oidInt8        = 20
+	oidInt2        = 21
+	oidInt4        = 23
+	oidText        = 25
+	oidFloat4      = 700
+	oidFloat8      = 701
+	oidVarchar     = 1043
+	oidDate        = 1082
+	oidTime        = 1083
+	oidTimestamp   = 1114
+	oidTimestampTZ = 1184
+	oidInterval    = 1186
+	oidNumeric     = 1700
+	oidUUID        = 2950
+)
+
+// oidOf maps a DuckDB type name (as database/sql reports it) to an OID.
+func oidOf(duckType string) uint32 {
+	base := duckType
+	if i := strings.IndexByte(base, '('); i >= 0 {
+		base = base[:i]
+	}
+	switch base {
+	case "BOOLEAN":
+		return oidBool
+	case "TINYINT", "SMALLINT", "UTINYINT":
+		return oidInt2
+	case "INTEGER", "USMALLINT":
+		return oidInt4
+	case "BIGINT", "UINTEGER":
+		return oidInt8
+	case "UBIGINT", "HUGEINT", "UHUGEINT", "DECIMAL":
+		return oidNumeric
+	case "FLOAT":
+		return oidFloat4
+	case "DOUBLE":
+		return oidFloat8
+	case "BLOB":
+		return oidBytea
+	case "DATE":
+		return oidDate
+	case "TIME":
+		return oidTime
+	case "TIMESTAMP", "TIMESTAMP_NS", "TIMESTAMP_MS", "TIMESTAMP_S":
+		return oidTimestamp
+	case "TIMESTAMPTZ", "TIMESTAMP WITH TIME ZONE":
+		return oidTimestampTZ
+	case "INTERVAL":
+		return oidInterval
+	case "UUID":
+		return oidUUID
+	}
+	return oidText
+}
+
+// oidOfType maps a DuckDB type enum (prepared-statement metadata) to an OID.
+func oidOfType(t duckdb.Type) uint32 {
+	switch t {
+	case duckdb.TYPE_BOOLEAN:
+		return oidBool
+	case duckdb.TYPE_TINYINT, duckdb.TYPE_SMALLINT, duckdb.TYPE_UTINYINT:
+		return oidInt2
+	case duckdb.TYPE_INTEGER, duckdb.TYPE_USMALLINT:
+		return oidInt4
+	case duckdb.TYPE_BIGINT, duckdb.TYPE_UINTEGER:
+		return oidInt8
+	case duckdb.TYPE_UBIGINT, duckdb.TYPE_HUGEINT, duckdb.TYPE_UHUGEINT, duckdb.TYPE_DECIMAL:
+		return oidNumeric
+	case duckdb.TYPE_FLOAT:
+		return oidFloat4
+	case duckdb.TYPE_DOUBLE:
+		return oidFloat8
+	case duckdb.TYPE_BLOB:
+		return oidBytea
+	case duckdb.TYPE_DATE:
+		return oidDate
+	case duckdb.TYPE_TIMESTAMP, duckdb.TYPE_TIMESTAMP_S, duckdb.TYPE_TIMESTAMP_MS, duckdb.TYPE_TIMESTAMP_NS:
+		return oidTimestamp
+	case duckdb.TYPE_TIMESTAMP_TZ:
+		return oidTimestampTZ
+	case duckdb.TYPE_UUID:
+		return oidUUID
+	}
+	return oidText
+}
+
+var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// encodeText renders a value in PostgreSQL's text format.
+func encodeText(v any, oid uint32) []byte {
+	switch x := v.(type) {
+	case nil:
+		return nil
+	case bool:
+		if x {
+			return []byte("t")
+		}
+		return []byte("f")
+	case int8, int16, int32, int64, int, uint8, uint16, uint32, uint64:
+		return fmt.Append(nil, x)
+	case float32:
+		return []byte(formatFloat(float64(x), 32))
+	case float64:
+		return []byte(formatFloat(x, 64))
+	case string:
+		return []byte(x)
+	case []byte:
+		if oid == oidUUID && len(x) == 16 {
+			return []byte(formatUUID(x))
+		}
+		return append([]byte(`\x`), hex.EncodeToString(x)...)
+	case duckdb.Decimal:
+		return []byte(decimalString(x))
+	case *big.Int:
+		return []byte(x.String())
+	case time.Time:
+		switch oid {
+		case oidDate:
+			return []byte(x.Format("2006-01-02"))
+		case oidTimestampTZ:
+			return []byte(x.UTC().Format("2006-01-02 15:04:05.999999") + "+00")
+		case oidTime:
+			return []byte(x.Format("15:04:05.999999"))
+		}
+		return []byte(x.Format("2006-01-02 15:04:05.999999"))
+	case duckdb.Interval:
+		return []byte(fmt.Sprintf("%d mons %d days %d microseconds", x.Months, x.Days, x.Micros))
+	}
+	return fmt.Append(nil, v)
+}
+
+func formatFloat(f float64, bits int) string {
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case math.IsInf(f, 1):
+		return "Infinity"
+	case math.IsInf(f, -1):
+		return "-Infinity"
+	}
+	return strconv.FormatFloat(f, 'g', -1, bits)
+}
+
+func formatUUID(b []byte) string {
+	h := hex.EncodeToString(b)
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+func decimalString(d duckdb.Decimal) string {
+	s := new(big.Int).Abs(d.Value).String()
+	if d.Scale > 0 {
+		for len(s) <= int(d.Scale) {
+			s = "0" + s
+		}
+		s = s[:len(s)-int(d.Scale)] + "." + s[len(s)-int(d.Scale):]
+	}
+	if d.Value.Sign() < 0 {
+		s = "-" + s
+	}
+	return s
+}
+
+// encodeBinary renders a value in PostgreSQL's binary format for its OID.
+func encodeBinary(v any, oid uint32) ([]byte, error) {
+	if v == nil {
+		return nil, nil
+	}
+	switch oid {
+	case oidBool:
+		if b, ok := v.(bool); ok && b {
+			return []byte{1}, nil
+		}
+		return []byte{0}, nil
+	case oidInt2, oidInt4, oidInt8:
+		n, err := toInt64(v)
+		if err != nil {
+			return nil, err
+		}
+		switch oid {
+		case oidInt2:
+			return binary.BigEndian.AppendUint16(nil, uint16(n)), nil
+		case oidInt4:
+			return binary.BigEndian.AppendUint32(nil, uint32(n)), nil
+		}
+		return binary.BigEndian.AppendUint64(nil, uint64(n)), nil
+	case oidFloat4:
+		f, _ := toFloat64(v)
+		return binary.BigEndian.AppendUint32(nil, math.Float32bits(float32(f))), nil
+	case oidFloat8:
+		f, _ := toFloat64(v)
+		return binary.BigEndian.AppendUint64(nil, math.Float64bits(f)), nil
+	case oidBytea, oidUUID:
+		if b, ok := v.([]byte); ok {
+			return b, nil
+		}
+	case oidDate:
+		if t, ok := v.(time.Time); ok {
+			days := t.UTC().Truncate(24*time.Hour).Sub(pgEpoch).Hours() / 24
+			return binary.BigEndian.AppendUint32(nil, uint32(int32(math.Floor(days)))), nil
+		}
+	case oidTimestamp, oidTimestampTZ:
+		if t, ok := v.(time.Time); ok {
+			return binary.BigEndian.AppendUint64(nil, uint64(t.UnixMicro()-pgEpoch.UnixMicro())), nil
+		}
+	case oidNumeric:
+		return encodeNumeric(string(encodeText(v, oid)))
+	default:
+		return encodeText(v, oid), nil
+	}
+	return nil, fmt.Errorf("pgwire: cannot encode %T as binary type %d", v, oid)
+}
+
+func toInt64(v any) (int64, error) {
+	switch x := v.(type) {
+	case int8:
+		return int64(x), nil
+	case int16:
+		return int64(x), nil
+	case int32:
+		return int64(x), nil
+	case int64:
+		return x, nil
+	case int:
+		return int64(x), nil
+	case uint8:
+		return int64(x), nil
+	case uint16:
+		return int64(x), nil
+	case uint32:
+		return int64(x), nil
+	case uint64:
+		return int64(x), nil
+	}
+	return 0, fmt.Errorf("pgwire: %T is not an integer", v)
+}
+
+func toFloat64(v any) (float64, error) {
+	switch x := v.(type) {
+	case float32:
+		return float64(x), nil
+	case float64:
+		return x, nil
+	}
+	n, err := toInt64(v)
+	return float64(n), err
+}
+
+// encodeNumeric writes PostgreSQL's binary numeric: base-10000 digits with
+// a weight, a sign and a display scale.
+func encodeNumeric(s string) ([]byte, error) {
+	sign := uint16(0)
+	if strings.HasPrefix(s, "-") {
+		sign, s = 0x4000, s[1:]
+	}
+	intPart, frac, _ := strings.Cut(s, ".")
+	for _, c := range intPart + frac {
+		if c < '0' || c > '9' {
+			return nil, fmt.Errorf("pgwire: %q is not a number", s)
+		}
+	}
+	dscale := len(frac)
+	// Pad the integer part to whole groups of 4 on the left and the
+	// fraction on the right.
+	intPart = strings.Repeat("0", (4-len(intPart)%4)%4) + intPart
+	frac += strings.Repeat("0", (4-len(frac)%4)%4)
+	all := intPart + frac
+	digits := make([]uint16, 0, len(all)/4)
+	for i := 0; i < len(all); i += 4 {
+		d, _ := strconv.Atoi(all[i : i+4])
+		digits = append(digits, uint16(d))
+	}
+	weight := len(intPart)/4 - 1
+	for len(digits) > 0 && digits[0] == 0 { // leading zero groups
+		digits = digits[1:]
+		weight--
+	}
+	for len(digits) > 0 && digits[len(digits)-1] == 0 { // trailing zero groups
+		digits = digits[:len(digits)-1]
+	}
+	if len(digits) == 0 {
+		weight, sign = 0, 0
+	}
+	b := binary.BigEndian.AppendUint16(nil, uint16(len(digits)))
+	b = binary.BigEndian.AppendUint16(b, uint16(int16(weight)))
+	b = binary.BigEndian.AppendUint16(b, sign)
+	b = binary.BigEndian.AppendUint16(b, uint16(dscale))
+	for _, d := range digits {
+		b = binary.BigEndian.AppendUint16(b, d)
+	}
+	return b, nil
+}
+
+// decodeNumeric reads PostgreSQL's binary numeric as decimal text.
+func decodeNumeric(b []byte) (string, error) {
+	if len(b) < 8 {
+		return "", fmt.Errorf("pgwire: numeric of %d bytes", len(b))
+	}
+	n := int(binary.BigEndian.Uint16(b))
+	weight := int(int16(binary.BigEndian.Uint16(b[2:])))
+	sign := binary.BigEndian.Uint16(b[4:])
+	dscale := int(binary.BigEndian.Uint16(b[6:]))
+	if len(b) != 8+2*n {
+		return "", fmt.Errorf("pgwire: numeric with %d digits in %d bytes", n, len(b))
+	}
+	if sign == 0xC000 {
+		return "NaN", nil
+	}
+	digit := func(i int) int {
+		if i < 0 || i >= n {
+			return 0
+		}
+		return int(binary.BigEndian.Uint16(b[8+2*i:]))
+	}
+	// value = Σ digit(i) × 10000^(weight−i)
+	in := "0"
+	if weight >= 0 {
+		var ip strings.Builder
+		for i := 0; i <= weight; i++ {
+			if i == 0 {
+				fmt.Fprintf(&ip, "%d", digit(i))
+			} else {
+				fmt.Fprintf(&ip, "%04d", digit(i))
+			}
+		}
+		in = ip.String()
+	}
+	var fp strings.Builder
+	for i := weight + 1; i < n; i++ {
+		fmt.Fprintf(&fp, "%04d", digit(i))
+	}
+	f := fp.String()
+	for len(f) < dscale {
+		f += "0"
+	}
+	f = f[:dscale]
+	out := in
+	if dscale > 0 {
+		out += "." + f
+	}
+	if sign == 0x4000 {
+		out = "-" + out
+	}
+	return out, nil
+}
+
+// decodeParam turns a bound parameter into a Go value DuckDB accepts.
+func decodeParam(b []byte, oid uint32, format int16) (any, error) {
+	if b == nil {
+		return nil, nil
+	}
+	if format == 0 { // text: DuckDB casts strings where it needs to
+		switch oid {
+		case oidInt2, oidInt4, oidInt8:
+			return strconv.ParseInt(string(b), 10, 64)
+		case oidFloat4, oidFloat8:
+			return strconv.ParseFloat(string(b), 64)
+		case oidBool:
+			return strconv.ParseBool(string(b))
+		}
+		return string(b), nil
+	}
+	switch oid {
+	case oidBool:
+		return len(b) == 1 && b[0] == 1, nil
+	case oidInt2:
+		if len(b) == 2 {
+			return int64(int16(binary.BigEndian.Uint16(b))), nil
+		}
+	case oidInt4:
+		if len(b) == 4 {
+			return int64(int32(binary.BigEndian.Uint32(b))), nil
+		}
+	case oidInt8:
+		if len(b) == 8 {
+			return int64(binary.BigEndian.Uint64(b)), nil
+		}
+	case oidFloat4:
+		if len(b) == 4 {
+			return float64(math.Float32frombits(binary.BigEndian.Uint32(b))), nil
+		}
+	case oidFloat8:
+		if len(b) == 8 {
+			return math.Float64frombits(binary.BigEndian.Uint64(b)), nil
+		}
+	case oidText, oidVarchar:
+		return string(b), nil
+	case oidBytea:
+		return b, nil
+	case oidDate:
+		if len(b) == 4 {
+			return pgEpoch.AddDate(0, 0, int(int32(binary.BigEndian.Uint32(b)))), nil
+		}
+	case oidTimestamp, oidTimestampTZ:
+		if len(b) == 8 {
+			return time.UnixMicro(pgEpoch.UnixMicro() + int64(binary.BigEndian.Uint64(b))).UTC(), nil
+		}
+	case oidNumeric:
+		return decodeNumeric(b)
+	default:
+		return string(b), nil
+	}
+	return nil, fmt.Errorf("pgwire: bad binary parameter of %d bytes for type %d", len(b), oid)
+}

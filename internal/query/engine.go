@@ -1,0 +1,450 @@
+// Package query runs SQL over Retina tables: embedded DuckDB does the
+// relational work and every table is read through retina_scan, which does
+// vectorized filter-on-read at the statement's snapshot.
+//
+// A statement takes one snapshot (HWM − 1) and ends it when its result is
+// closed, whatever way it ends; every table it reads uses that snapshot, so
+// a join of tables changed by the same source transactions always agrees.
+// Between BEGIN and COMMIT (or ROLLBACK) a session keeps one snapshot for
+// all its statements: repeatable read. Sessions are read-only and DuckDB
+// runs with external access disabled and its configuration locked: no file
+// reads or writes, no COPY, no ATTACH, no extension installs.
+package query
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/duckdb/duckdb-go/v2"
+
+	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/scan"
+	"github.com/retinadb/retina/internal/txn"
+)
+
+// ErrReadOnly rejects statements that would change data or settings.
+var ErrReadOnly = errors.New("query: the SQL endpoint is read-only: only SELECT, EXPLAIN, SHOW/DESCRIBE and transaction control are allowed")
+
+// Catalog is what the engine needs from the catalog.
+type Catalog interface {
+	Snapshot() *catalog.Snapshot
+}
+
+// Config configures an engine.
+type Config struct {
+	Catalog Catalog
+	Txn     txn.Service
+	Scanner *scan.Scanner
+	// Threads is DuckDB's worker count (default GOMAXPROCS).
+	Threads int
+	// MemoryLimit is DuckDB's memory_limit setting, e.g. "4GB" (default: DuckDB's).
+	MemoryLimit string
+	Logger      *slog.Logger
+}
+
+// Engine owns the embedded DuckDB database.
+type Engine struct {
+	cfg   Config
+	db    *sql.DB
+	admin *sql.Conn
+	log   *slog.Logger
+
+	viewsMu sync.Mutex
+	viewsAt uint64          // catalog version the views match
+	views   map[string]bool // lower-case table names with a view
+
+	rowsRead, rowsOut atomic.Int64
+	statements        atomic.Uint64
+}
+
+// Open starts DuckDB and registers retina_scan, the MVCC functions and one
+// view per catalog table.
+func Open(ctx context.Context, cfg Config) (*Engine, error) {
+	if cfg.Catalog == nil || cfg.Txn == nil || cfg.Scanner == nil {
+		return nil, fmt.Errorf("query: catalog, transaction service and scanner are required")
+	}
+	if cfg.Threads <= 0 {
+		cfg.Threads = runtime.GOMAXPROCS(0)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	dsn := fmt.Sprintf("?threads=%d&enable_external_access=false&autoinstall_known_extensions=false"+
+		"&autoload_known_extensions=false&allow_community_extensions=false&lock_configuration=true", cfg.Threads)
+	if cfg.MemoryLimit != "" {
+		dsn += "&memory_limit=" + cfg.MemoryLimit
+	}
+	connector, err := duckdb.NewConnector(dsn, nil)
+	if err != nil {
+		return nil, fmt.Errorf("query: start DuckDB: %w", err)
+	}
+	e := &Engine{cfg: cfg, db: sql.OpenDB(connector), log: cfg.Logger.With("component", "query"), views: map[string]bool{}}
+	if e.admin, err = e.db.Conn(ctx); err != nil {
+		e.db.Close()
+		return nil, err
+	}
+	if err := e.register(); err != nil {
+		e.Close()
+		return nil, err
+	}
+	if err := e.syncViews(ctx); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// scalar is a DuckDB scalar function of no arguments.
+type scalar struct {
+	result duckdb.TypeInfo
+	fn     func(ctx context.Context) (any, error)
+}
+
+func (s scalar) Config() duckdb.ScalarFuncConfig {
+	return duckdb.ScalarFuncConfig{ResultTypeInfo: s.result, Volatile: true}
+}
+
+func (s scalar) Executor() duckdb.ScalarFuncExecutor {
+	return duckdb.ScalarFuncExecutor{RowContextExecutor: func(ctx context.Context, _ []driver.Value) (any, error) { return s.fn(ctx) }}
+}
+
+func (e *Engine) register() error {
+	if err := duckdb.RegisterTableUDF(e.admin, "retina_scan", e.scanFunction()); err != nil {
+		return fmt.Errorf("query: register retina_scan: %w", err)
+	}
+	ubig, err := duckdb.NewTypeInfo(duckdb.TYPE_UBIGINT)
+	if err != nil {
+		return err
+	}
+	watermark := func(pick func(txn.Watermarks) uint64) scalar {
+		return scalar{result: ubig, fn: func(ctx context.Context) (any, error) {
+			w, err := e.cfg.Txn.Watermarks(ctx)
+			return pick(w), err
+		}}
+	}
+	fns := map[string]scalar{
+		"retina_hwm": watermark(func(w txn.Watermarks) uint64 { return w.HWM }),
+		"retina_lwm": watermark(func(w txn.Watermarks) uint64 { return w.LWM }),
+		"retina_snapshot": {result: ubig, fn: func(ctx context.Context) (any, error) {
+			s, ok := snapshotOf(ctx)
+			if !ok {
+				return nil, errNoSnapshot
+			}
+			return s, nil
+		}},
+	}
+	for name, f := range fns {
+		if err := duckdb.RegisterScalarUDF(e.admin, name, f); err != nil {
+			return fmt.Errorf("query: register %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// syncViews makes one view per catalog table: SELECT * FROM retina_scan(name).
+func (e *Engine) syncViews(ctx context.Context) error {
+	snap := e.cfg.Catalog.Snapshot()
+	e.viewsMu.Lock()
+	defer e.viewsMu.Unlock()
+	if e.viewsAt == snap.Version() && e.viewsAt != 0 {
+		return nil
+	}
+	want := map[string]bool{}
+	for _, t := range snap.Tables() {
+		name := strings.ToLower(t.Name)
+		want[name] = true
+		q := fmt.Sprintf("CREATE OR REPLACE VIEW %s AS SELECT * FROM retina_scan(%s)", quoteIdent(t.Name), quoteLiteral(t.Name))
+		if _, err := e.admin.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("query: view for %s: %w", t.Name, err)
+		}
+	}
+	for name := range e.views {
+		if !want[name] {
+			if _, err := e.admin.ExecContext(ctx, "DROP VIEW IF EXISTS "+quoteIdent(name)); err != nil {
+				return err
+			}
+		}
+	}
+	e.views, e.viewsAt = want, snap.Version()
+	return nil
+}
+
+func quoteIdent(s string) string   { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+func quoteLiteral(s string) string { return `'` + strings.ReplaceAll(s, `'`, `''`) + `'` }
+
+// Stats counts the engine's work.
+type Stats struct {
+	Statements        uint64
+	RowsRead, RowsOut int64
+}
+
+// Stats returns the counters.
+func (e *Engine) Stats() Stats {
+	return Stats{Statements: e.statements.Load(), RowsRead: e.rowsRead.Load(), RowsOut: e.rowsOut.Load()}
+}
+
+// Close shuts DuckDB down.
+func (e *Engine) Close() error {
+	if e.admin != nil {
+		e.admin.Close()
+	}
+	return e.db.Close()
+}
+
+// Session is one client's connection: its own DuckDB connection and, in an
+// explicit read transaction, its snapshot. Not safe for concurrent use.
+type Session struct {
+	e    *Engine
+	conn *sql.Conn
+	tx   *txn.Query // the snapshot between BEGIN and COMMIT
+}
+
+// NewSession opens a session.
+func (e *Engine) NewSession(ctx context.Context) (*Session, error) {
+	c, err := e.db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("query: new session: %w", err)
+	}
+	return &Session{e: e, conn: c}, nil
+}
+
+// InTransaction reports an explicit read transaction in progress.
+func (s *Session) InTransaction() bool { return s.tx != nil }
+
+// Close ends the session and any snapshot it holds.
+func (s *Session) Close() error {
+	if s.tx != nil {
+		s.e.cfg.Txn.EndQuery(context.WithoutCancel(context.Background()), s.tx.Handle)
+		s.tx = nil
+	}
+	return s.conn.Close()
+}
+
+// Column describes a result column.
+type Column struct {
+	Name string
+	Type string // DuckDB type name, e.g. BIGINT, DECIMAL(12,2)
+}
+
+// Result is a statement's outcome: rows to read, or just a command tag.
+// Close must be called; it releases the statement's snapshot.
+type Result struct {
+	Columns []Column
+	Tag     string // e.g. SELECT, BEGIN, COMMIT
+	rows    *sql.Rows
+	n       int
+	end     func()
+	once    sync.Once
+}
+
+// Next advances to the next row.
+func (r *Result) Next() bool {
+	if r.rows == nil || !r.rows.Next() {
+		return false
+	}
+	r.n++
+	return true
+}
+
+// Values scans the current row.
+func (r *Result) Values() ([]any, error) {
+	vals := make([]any, len(r.Columns))
+	ptrs := make([]any, len(vals))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	return vals, r.rows.Scan(ptrs...)
+}
+
+// Rows is how many rows Next returned.
+func (r *Result) Rows() int { return r.n }
+
+// Err is the error that ended the rows, if any.
+func (r *Result) Err() error {
+	if r.rows == nil {
+		return nil
+	}
+	return r.rows.Err()
+}
+
+// Close ends the result and the statement's snapshot. It is idempotent.
+func (r *Result) Close() error {
+	var err error
+	r.once.Do(func() {
+		if r.rows != nil {
+			err = r.rows.Close()
+		}
+		if r.end != nil {
+			r.end()
+		}
+	})
+	return err
+}
+
+// Run executes one statement. Transaction control (BEGIN, COMMIT, ROLLBACK)
+// is handled here; anything else runs in DuckDB at the session's snapshot.
+func (s *Session) Run(ctx context.Context, stmt string, args ...any) (*Result, error) {
+	s.e.statements.Add(1)
+	switch word := firstWord(stmt); word {
+	case "BEGIN", "START":
+		if s.tx == nil {
+			q, err := s.e.cfg.Txn.BeginQuery(ctx)
+			if err != nil {
+				return nil, err
+			}
+			s.tx = &q
+		}
+		return &Result{Tag: "BEGIN"}, nil
+	case "COMMIT", "END", "ROLLBACK", "ABORT":
+		if s.tx != nil {
+			err := s.e.cfg.Txn.EndQuery(context.WithoutCancel(ctx), s.tx.Handle)
+			s.tx = nil
+			if err != nil {
+				return nil, err
+			}
+		}
+		tag := "COMMIT"
+		if word == "ROLLBACK" || word == "ABORT" {
+			tag = "ROLLBACK"
+		}
+		return &Result{Tag: tag}, nil
+	}
+	if err := s.e.syncViews(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.checkReadOnly(ctx, stmt); err != nil {
+		return nil, err
+	}
+	snapshot, end, err := s.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.query(withSnapshot(ctx, snapshot), stmt, args)
+	if err != nil {
+		end()
+		return nil, err
+	}
+	res.end = end
+	return res, nil
+}
+
+// snapshot is the session's transaction snapshot, or a new one for this
+// statement with the function that ends it.
+func (s *Session) snapshot(ctx context.Context) (uint64, func(), error) {
+	if s.tx != nil {
+		return s.tx.Snapshot, func() {}, nil
+	}
+	q, err := s.e.cfg.Txn.BeginQuery(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	return q.Snapshot, func() {
+		if err := s.e.cfg.Txn.EndQuery(context.WithoutCancel(ctx), q.Handle); err != nil {
+			s.e.log.Error("ending a query snapshot failed", "err", err)
+		}
+	}, nil
+}
+
+func (s *Session) query(ctx context.Context, stmt string, args []any) (*Result, error) {
+	rows, err := s.conn.QueryContext(ctx, stmt, args...)
+	if err != nil {
+		return nil, err
+	}
+	cts, err := rows.ColumnTypes()
+	if err != nil {
+		rows.Close()
+		return nil, err
+	}
+	res := &Result{rows: rows, Tag: "SELECT"}
+	for _, ct := range cts {
+		res.Columns = append(res.Columns, Column{Name: ct.Name(), Type: ct.DatabaseTypeName()})
+	}
+	return res, nil
+}
+
+// Describe prepares a statement without running it and hands it to fn, to
+// read its parameter and result types (the extended wire protocol's
+// Describe). Writing statements are refused as in Run.
+func (s *Session) Describe(ctx context.Context, stmt string, fn func(*duckdb.Stmt) error) error {
+	if err := s.e.syncViews(ctx); err != nil {
+		return err
+	}
+	return s.prepared(ctx, stmt, func(st *duckdb.Stmt) error {
+		if err := readOnly(st); err != nil {
+			return err
+		}
+		return fn(st)
+	})
+}
+
+func (s *Session) prepared(ctx context.Context, stmt string, fn func(*duckdb.Stmt) error) error {
+	return s.conn.Raw(func(dc any) error {
+		st, err := dc.(driver.ConnPrepareContext).PrepareContext(ctx, stmt)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		ds, ok := st.(*duckdb.Stmt)
+		if !ok {
+			return fmt.Errorf("query: unexpected statement type %T", st)
+		}
+		return fn(ds)
+	})
+}
+
+// checkReadOnly prepares the statement to learn its type.
+func (s *Session) checkReadOnly(ctx context.Context, stmt string) error {
+	return s.prepared(ctx, stmt, readOnly)
+}
+
+func readOnly(st *duckdb.Stmt) error {
+	typ, err := st.StatementType()
+	if err != nil {
+		return err
+	}
+	switch typ {
+	case duckdb.STATEMENT_TYPE_SELECT, duckdb.STATEMENT_TYPE_EXPLAIN, duckdb.STATEMENT_TYPE_PRAGMA:
+		return nil
+	}
+	return ErrReadOnly
+}
+
+// firstWord is the statement's first keyword, upper-cased, comments skipped.
+func firstWord(stmt string) string {
+	s := strings.TrimSpace(stripLeadingComments(stmt))
+	end := strings.IndexFunc(s, func(r rune) bool { return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') })
+	if end < 0 {
+		end = len(s)
+	}
+	return strings.ToUpper(s[:end])
+}
+
+func stripLeadingComments(s string) string {
+	for {
+		s = strings.TrimSpace(s)
+		switch {
+		case strings.HasPrefix(s, "--"):
+			i := strings.IndexByte(s, '\n')
+			if i < 0 {
+				return ""
+			}
+			s = s[i+1:]
+		case strings.HasPrefix(s, "/*"):
+			i := strings.Index(s, "*/")
+			if i < 0 {
+				return ""
+			}
+			s = s[i+2:]
+		default:
+			return s
+		}
+	}
+}

@@ -1,0 +1,299 @@
+package query
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"math/bits"
+	"sync"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/duckdb/duckdb-go/v2"
+
+	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/scan"
+	"github.com/retinadb/retina/internal/types"
+)
+
+type snapshotKey struct{}
+
+// withSnapshot carries a statement's snapshot to the table function and the
+// retina_snapshot() function, which DuckDB calls with the statement's ctx.
+func withSnapshot(ctx context.Context, s uint64) context.Context {
+	return context.WithValue(ctx, snapshotKey{}, s)
+}
+
+func snapshotOf(ctx context.Context) (uint64, bool) {
+	s, ok := ctx.Value(snapshotKey{}).(uint64)
+	return s, ok
+}
+
+// errNoSnapshot reports a scan outside a Retina statement.
+var errNoSnapshot = errors.New("query: retina_scan ran without a statement snapshot")
+
+// duckType maps a column type to DuckDB's.
+func duckType(t types.Type) (duckdb.TypeInfo, error) {
+	switch t.Kind {
+	case types.Int8:
+		return duckdb.NewTypeInfo(duckdb.TYPE_TINYINT)
+	case types.Int16:
+		return duckdb.NewTypeInfo(duckdb.TYPE_SMALLINT)
+	case types.Int32:
+		return duckdb.NewTypeInfo(duckdb.TYPE_INTEGER)
+	case types.Int64:
+		return duckdb.NewTypeInfo(duckdb.TYPE_BIGINT)
+	case types.Float32:
+		return duckdb.NewTypeInfo(duckdb.TYPE_FLOAT)
+	case types.Float64:
+		return duckdb.NewTypeInfo(duckdb.TYPE_DOUBLE)
+	case types.Decimal:
+		return duckdb.NewDecimalInfo(t.Precision, t.Scale)
+	case types.String:
+		return duckdb.NewTypeInfo(duckdb.TYPE_VARCHAR)
+	case types.Bytes:
+		return duckdb.NewTypeInfo(duckdb.TYPE_BLOB)
+	case types.Bool:
+		return duckdb.NewTypeInfo(duckdb.TYPE_BOOLEAN)
+	case types.Date:
+		return duckdb.NewTypeInfo(duckdb.TYPE_DATE)
+	case types.Timestamp:
+		return duckdb.NewTypeInfo(duckdb.TYPE_TIMESTAMP)
+	case types.TimestampTZ:
+		return duckdb.NewTypeInfo(duckdb.TYPE_TIMESTAMP_TZ)
+	}
+	return nil, fmt.Errorf("query: no DuckDB type for %s", t)
+}
+
+// scanFunction is the retina_scan(table) table function: the rows of a
+// table visible at the statement's snapshot, with projection pushdown and
+// one split per thread at a time.
+func (e *Engine) scanFunction() duckdb.ParallelChunkTableFunction {
+	varchar, _ := duckdb.NewTypeInfo(duckdb.TYPE_VARCHAR)
+	return duckdb.ParallelChunkTableFunction{
+		Config: duckdb.TableFunctionConfig{Arguments: []duckdb.TypeInfo{varchar}},
+		BindArgumentsContext: func(ctx context.Context, _ map[string]any, args ...any) (duckdb.ParallelChunkTableSource, error) {
+			name, _ := args[0].(string)
+			snap := e.cfg.Catalog.Snapshot()
+			t, ok := snap.Table(name)
+			if !ok {
+				return nil, fmt.Errorf("query: table %q does not exist", name)
+			}
+			src := &tableSource{e: e, table: t, files: snap.LiveFiles(t.ID)}
+			src.snapshot, src.hasSnapshot = snapshotOf(ctx)
+			src.ctx = ctx
+			for _, c := range t.Schema.Columns {
+				ti, err := duckType(c.Type)
+				if err != nil {
+					return nil, err
+				}
+				src.infos = append(src.infos, duckdb.ColumnInfo{Name: c.Name, T: ti})
+			}
+			return src, nil
+		},
+	}
+}
+
+// tableSource is one invocation of retina_scan.
+type tableSource struct {
+	e           *Engine
+	table       *catalog.Table
+	files       []*catalog.File
+	snapshot    uint64
+	hasSnapshot bool
+	ctx         context.Context
+	infos       []duckdb.ColumnInfo
+
+	once      sync.Once
+	projected []int // table columns DuckDB asked for, in chunk order
+	mu        sync.Mutex
+	splits    []scan.Split
+	err       error
+}
+
+func (s *tableSource) ColumnInfos() []duckdb.ColumnInfo { return s.infos }
+
+func (s *tableSource) Cardinality() *duckdb.CardinalityInfo {
+	var n uint
+	for _, f := range s.files {
+		n += uint(f.Rows())
+	}
+	return &duckdb.CardinalityInfo{Cardinality: n}
+}
+
+func (s *tableSource) Init() duckdb.ParallelTableSourceInfo {
+	req := scan.Request{Table: s.table, Files: s.files, Snapshot: s.snapshot}
+	s.splits, _ = s.e.cfg.Scanner.Plan(req)
+	return duckdb.ParallelTableSourceInfo{MaxThreads: max(1, min(len(s.splits), s.e.cfg.Threads))}
+}
+
+// localScan is one DuckDB thread's position in its current split.
+type localScan struct {
+	recs []selected
+	rec  int
+	row  int
+}
+
+// selected is a scanned record and the positions of its visible rows (nil:
+// all rows), so visible rows are picked while copying into DuckDB's chunk
+// instead of being copied out first.
+type selected struct {
+	rec arrow.RecordBatch
+	pos []int32
+}
+
+func (s selected) rows() int {
+	if s.pos == nil {
+		return int(s.rec.NumRows())
+	}
+	return len(s.pos)
+}
+
+// positions lists the set bits of a mask.
+func positions(mask []uint64, visible int) []int32 {
+	out := make([]int32, 0, visible)
+	for w, m := range mask {
+		for m != 0 {
+			out = append(out, int32(w*64+bits.TrailingZeros64(m)))
+			m &= m - 1
+		}
+	}
+	return out
+}
+
+func (s *tableSource) NewLocalState() any { return &localScan{} }
+
+// next hands out the next split, or false when none is left.
+func (s *tableSource) next() (scan.Split, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.splits) == 0 {
+		return scan.Split{}, false
+	}
+	sp := s.splits[0]
+	s.splits = s.splits[1:]
+	return sp, true
+}
+
+func (s *tableSource) FillChunk(local any, chunk duckdb.DataChunk) error {
+	ls := local.(*localScan)
+	if !s.hasSnapshot {
+		return errNoSnapshot
+	}
+	s.once.Do(func() {
+		// The chunk has vectors only for the columns the query needs.
+		for c := range s.infos {
+			if _, err := chunk.GetVector(c); err == nil {
+				s.projected = append(s.projected, c)
+			}
+		}
+	})
+	for ls.rec >= len(ls.recs) {
+		for _, r := range ls.recs {
+			r.rec.Release()
+		}
+		ls.recs, ls.rec, ls.row = ls.recs[:0], 0, 0
+		sp, ok := s.next()
+		if !ok {
+			return chunk.SetSize(0)
+		}
+		req := scan.Request{Table: s.table, Files: s.files, Snapshot: s.snapshot, Columns: s.projected}
+		var st scan.Stats
+		err := s.e.cfg.Scanner.ScanSplitSelected(s.ctx, req, sp, &st, func(r arrow.RecordBatch, mask []uint64, visible int) error {
+			sel := selected{rec: r}
+			if mask != nil {
+				sel.pos = positions(mask, visible)
+			}
+			ls.recs = append(ls.recs, sel)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		s.e.rowsRead.Add(st.RowsRead)
+		s.e.rowsOut.Add(st.RowsOut)
+	}
+	cur := ls.recs[ls.rec]
+	n := min(cur.rows()-ls.row, 2048)
+	at := func(r int) int { return ls.row + r }
+	if cur.pos != nil {
+		pos := cur.pos[ls.row : ls.row+n]
+		at = func(r int) int { return int(pos[r]) }
+	}
+	for i, c := range s.projected {
+		if err := copyColumn(chunk, c, cur.rec.Column(i), n, at); err != nil {
+			return fmt.Errorf("query: %s.%s: %w", s.table.Name, s.infos[c].Name, err)
+		}
+	}
+	ls.row += n
+	if ls.row == cur.rows() {
+		ls.rec++
+		ls.row = 0
+	}
+	return chunk.SetSize(n)
+}
+
+// copyColumn writes n rows of an Arrow column into a chunk: chunk row r
+// gets source row at(r).
+func copyColumn(chunk duckdb.DataChunk, col int, a arrow.Array, n int, at func(int) int) error {
+	switch a := a.(type) {
+	case *array.Int8:
+		return copyTyped(chunk, col, n, at, a.IsNull, a.Value)
+	case *array.Int16:
+		return copyTyped(chunk, col, n, at, a.IsNull, a.Value)
+	case *array.Int32:
+		return copyTyped(chunk, col, n, at, a.IsNull, a.Value)
+	case *array.Int64:
+		return copyTyped(chunk, col, n, at, a.IsNull, a.Value)
+	case *array.Float32:
+		return copyTyped(chunk, col, n, at, a.IsNull, a.Value)
+	case *array.Float64:
+		return copyTyped(chunk, col, n, at, a.IsNull, a.Value)
+	case *array.String:
+		return copyTyped(chunk, col, n, at, a.IsNull, a.Value)
+	case *array.Binary:
+		return copyTyped(chunk, col, n, at, a.IsNull, a.Value)
+	case *array.Boolean:
+		return copyTyped(chunk, col, n, at, a.IsNull, a.Value)
+	case *array.Decimal128:
+		dt := a.DataType().(*arrow.Decimal128Type)
+		// The chunk copies the value at once, so one big.Int serves every
+		// row that fits 64 bits: no allocation per value.
+		scratch := new(big.Int)
+		return copyTyped(chunk, col, n, at, a.IsNull, func(i int) duckdb.Decimal {
+			v := a.Value(i)
+			d := duckdb.Decimal{Width: uint8(dt.Precision), Scale: uint8(dt.Scale), Value: scratch}
+			if hi, lo := v.HighBits(), v.LowBits(); hi == 0 && lo < 1<<63 || hi == -1 && lo >= 1<<63 {
+				scratch.SetInt64(int64(lo))
+			} else {
+				d.Value = v.BigInt()
+			}
+			return d
+		})
+	case *array.Date32:
+		return copyTyped(chunk, col, n, at, a.IsNull, func(i int) time.Time { return a.Value(i).ToTime() })
+	case *array.Timestamp:
+		return copyTyped(chunk, col, n, at, a.IsNull, func(i int) time.Time { return time.UnixMicro(int64(a.Value(i))).UTC() })
+	}
+	return fmt.Errorf("no copy for Arrow type %s", a.DataType())
+}
+
+// copyTyped copies values of one Go type; SetChunkValue keeps the type, so
+// no value is boxed.
+func copyTyped[T any](chunk duckdb.DataChunk, col, n int, at func(int) int, isNull func(int) bool, value func(int) T) error {
+	for r := range n {
+		i := at(r)
+		if isNull(i) {
+			if err := chunk.SetValue(col, r, nil); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := duckdb.SetChunkValue(chunk, col, r, value(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,67 @@
+// Package servertest opens embedded nodes for tests and applies mirror
+// transactions to them the way the sink does.
+package servertest
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+
+	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/replay"
+	"github.com/retinadb/retina/internal/server"
+)
+
+// Quiet is a logger that drops everything.
+func Quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// OpenNode opens a node on a temporary directory with an in-memory lake and
+// small write-buffer blocks (so flushes and combinations happen often),
+// closed when the test ends.
+func OpenNode(t testing.TB) *server.Node { return OpenNodeWith(t, 64, 4) }
+
+// OpenNodeWith is OpenNode with a given write-buffer shape.
+func OpenNodeWith(t testing.TB, blockRows, fileBlocks int) *server.Node {
+	t.Helper()
+	n, err := server.OpenNode(context.Background(), server.NodeConfig{
+		DataDir: t.TempDir(), Lake: "mem://", BlockRows: blockRows, FileBlocks: fileBlocks, Replayers: 2, Logger: Quiet(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close(context.Background()) })
+	return n
+}
+
+// Apply runs one mirror transaction on replayer 0 and commits it; it
+// returns the transaction's timestamp. Safe for concurrent use.
+func Apply(t testing.TB, n *server.Node, ops ...replay.Op) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	r, err := n.Txn.BeginMirror(ctx, 1)
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	for i := range ops {
+		ops[i].TS = r.First
+	}
+	if err := n.Replayers[0].Apply(ctx, ops); err != nil {
+		t.Error(err)
+		return 0
+	}
+	if err := n.Txn.CommitMirror(ctx, r.First); err != nil {
+		t.Error(err)
+	}
+	return r.First
+}
+
+// CreateTable adds a table with the given primary key.
+func CreateTable(t testing.TB, n *server.Node, name string, cols []catalog.Column, pk string) *catalog.Table {
+	t.Helper()
+	tb, err := n.Catalog.CreateTable(context.Background(), name, catalog.Schema{Columns: cols, PrimaryKey: []string{pk}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tb
+}
