@@ -115,6 +115,7 @@ func (d *Decoder) Decode(m Message) (rec Record, err error) {
 		return rec, reject(m.Pos, "change event without \"source\"")
 	}
 	rec.Table = string(source.GetStringBytes("table"))
+	rec.SourceTSms = source.GetInt64("ts_ms")
 	if rec.Table == "" {
 		return rec, reject(m.Pos, "source.table is missing")
 	}

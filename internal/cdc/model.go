@@ -76,6 +76,9 @@ type Record struct {
 	// TotalOrder orders a change within its transaction.
 	TxID       string
 	TotalOrder int64
+	// SourceTSms is when the source wrote the change (source.ts_ms), 0 if
+	// unknown.
+	SourceTSms int64
 	// End fields: events in the transaction, in all and per table.
 	EventCount int64
 	PerTable   map[string]int64

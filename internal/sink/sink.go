@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,6 +89,12 @@ type Config struct {
 type Stats struct {
 	Messages, Transactions, Duplicates, Ops, Skipped, DeadLettered uint64
 	LastCommitTS                                                   uint64
+	// Committed counts the row changes of committed transactions: they
+	// are visible to queries.
+	Committed uint64
+	// LastSourceMS is the source commit time (ms) of the newest committed
+	// transaction that carried one: now minus it is the replay lag.
+	LastSourceMS int64
 }
 
 // Sink runs the pipeline; Run blocks until the source ends or fails, or ctx
@@ -103,6 +110,8 @@ type Sink struct {
 	fail    func(error)             // reports a pipeline error and stops intake
 
 	messages, transactions, duplicates, ops, skipped, deadLettered, lastTS atomic.Uint64
+	lastSourceMS                                                           atomic.Int64
+	committed                                                              atomic.Uint64
 }
 
 // inflight is one dispatched transaction waiting for its buckets.
@@ -167,6 +176,7 @@ func (s *Sink) Stats() Stats {
 	return Stats{
 		Messages: s.messages.Load(), Transactions: s.transactions.Load(), Duplicates: s.duplicates.Load(),
 		Ops: s.ops.Load(), Skipped: s.skipped.Load(), DeadLettered: s.deadLettered.Load(), LastCommitTS: s.lastTS.Load(),
+		LastSourceMS: s.lastSourceMS.Load(), Committed: s.committed.Load(),
 	}
 }
 
@@ -257,6 +267,7 @@ func (s *Sink) intake(ctx context.Context, out chan<- []Txn) error {
 			}
 		}
 	}()
+	batches := s.decodeAhead(rctx, msgs)
 	idle := time.NewTicker(20 * time.Millisecond)
 	defer idle.Stop()
 	emit := func() error {
@@ -272,7 +283,7 @@ func (s *Sink) intake(ctx context.Context, out chan<- []Txn) error {
 	lastWarn := time.Now()
 	for {
 		select {
-		case m, ok := <-msgs:
+		case b, ok := <-batches:
 			if !ok {
 				err := <-readErr
 				asm.flushSnapshot()
@@ -284,10 +295,18 @@ func (s *Sink) intake(ctx context.Context, out chan<- []Txn) error {
 				}
 				return err
 			}
-			s.messages.Add(1)
-			s.track.seen(m.Pos)
-			if err := s.decodeOne(ctx, asm, m); err != nil {
-				return err
+			select {
+			case <-b.ready:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			for i, m := range b.msgs {
+				s.messages.Add(1)
+				s.track.seen(m.Pos)
+				if err := s.decodeOne(ctx, asm, m, b.recs[i], b.errs[i]); err != nil {
+					// What came before the failing message is applied.
+					return errors.Join(err, emit())
+				}
 			}
 			if err := emit(); err != nil {
 				return err
@@ -309,16 +328,82 @@ func (s *Sink) intake(ctx context.Context, out chan<- []Txn) error {
 	}
 }
 
-// decodeOne decodes a message into the assembler, creating tables for
-// schema-enabled messages and applying the bad-input policy.
-func (s *Sink) decodeOne(ctx context.Context, asm *assembler, m cdc.Message) error {
-	rec, err := s.dec.Decode(m)
+// decodedBatch is a run of consecutive messages decoded by one worker;
+// ready closes when recs and errs are filled.
+type decodedBatch struct {
+	msgs  []cdc.Message
+	recs  []cdc.Record
+	errs  []error
+	ready chan struct{}
+}
+
+// maxDecodeBatch bounds a batch; a batch takes only what is already queued,
+// so a quiet stream is decoded message by message without waiting.
+const maxDecodeBatch = 256
+
+// decodeAhead decodes messages on every core and hands the batches back in
+// source order. JSON decoding is the sink's largest cost, and messages
+// decode independently; assembly stays sequential. A message that names a
+// table created by an earlier one fails here and is decoded again in order
+// (decodeOne).
+func (s *Sink) decodeAhead(ctx context.Context, msgs <-chan cdc.Message) <-chan *decodedBatch {
+	workers := runtime.GOMAXPROCS(0)
+	ordered := make(chan *decodedBatch, 2*workers)
+	work := make(chan *decodedBatch, workers)
+	for range workers {
+		go func() {
+			dec := cdc.NewDecoder(tablesOf{s.cfg.Catalog}, s.log)
+			for b := range work {
+				for i, m := range b.msgs {
+					b.recs[i], b.errs[i] = dec.Decode(m)
+				}
+				close(b.ready)
+			}
+		}()
+	}
+	go func() {
+		defer close(ordered)
+		defer close(work)
+		for m := range msgs {
+			b := &decodedBatch{msgs: []cdc.Message{m}, ready: make(chan struct{})}
+		fill:
+			for len(b.msgs) < maxDecodeBatch {
+				select {
+				case m, ok := <-msgs:
+					if !ok {
+						break fill
+					}
+					b.msgs = append(b.msgs, m)
+				default:
+					break fill
+				}
+			}
+			b.recs, b.errs = make([]cdc.Record, len(b.msgs)), make([]error, len(b.msgs))
+			select {
+			case ordered <- b:
+			case <-ctx.Done():
+				return
+			}
+			work <- b // workers always drain work, so this cannot stall for good
+		}
+	}()
+	return ordered
+}
+
+// decodeOne assembles a message decoded ahead. A message that failed is
+// decoded again first: it may name a table an earlier message created.
+func (s *Sink) decodeOne(ctx context.Context, asm *assembler, m cdc.Message, rec cdc.Record, err error) error {
+	if err != nil {
+		rec, err = s.dec.Decode(m)
+	}
 	var ut *cdc.UnknownTableError
 	if errors.As(err, &ut) {
 		if _, cerr := s.cfg.Catalog.CreateTable(ctx, ut.Table, ut.Schema); cerr != nil && !errors.Is(cerr, catalog.ErrExists) {
 			err = fmt.Errorf("sink: %s: create table %s from the message schema: %w", ut.Pos, ut.Table, cerr)
 		} else {
-			s.log.Info("created table from the change-event schema", "table", ut.Table, "columns", len(ut.Schema.Columns))
+			if cerr == nil {
+				s.log.Info("created table from the change-event schema", "table", ut.Table, "columns", len(ut.Schema.Columns))
+			}
 			rec, err = s.dec.Decode(m)
 		}
 	}
@@ -643,11 +728,17 @@ func (s *Sink) commitLoop(ctx context.Context, done <-chan *inflight) {
 			}
 			return
 		}
-		top := uint64(0)
+		top, rows, newest := uint64(0), 0, s.lastSourceMS.Load()
 		for _, g := range group {
 			s.track.applyTxn(g.tx)
 			top = max(top, g.ts)
+			rows += len(g.tx.Changes)
+			for _, c := range g.tx.Changes {
+				newest = max(newest, c.SourceTSms)
+			}
 		}
+		s.lastSourceMS.Store(newest)
+		s.committed.Add(uint64(rows))
 		if top > s.lastTS.Load() {
 			s.lastTS.Store(top)
 		}
