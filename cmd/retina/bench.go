@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"runtime/pprof"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -31,6 +33,8 @@ func newBenchCommand() *cobra.Command {
 			bench.DefaultSinkConfig(), sinkFlags, bench.Sink),
 		benchSubcommand("query", "Query path: visibility-filter overhead, 1% delta slowdown, scan rate vs DuckDB read_parquet",
 			bench.DefaultQueryConfig(), queryFlags, bench.Query),
+		benchSubcommand("e2e", "End to end on a HyBench-like workload: sustained rows/s, freshness at 100K rows/s, query slowdown under change",
+			bench.DefaultE2EConfig(), e2eFlags, bench.E2E),
 	)
 	return cmd
 }
@@ -39,6 +43,7 @@ func newBenchCommand() *cobra.Command {
 // fills a report, and the report's JSON is the last line printed.
 func benchSubcommand[C any](name, short string, cfg C, flags func(*pflag.FlagSet, *C),
 	run func(context.Context, *bench.Report, C) error) *cobra.Command {
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   name,
 		Short: short,
@@ -46,6 +51,17 @@ func benchSubcommand[C any](name, short string, cfg C, flags func(*pflag.FlagSet
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			r := bench.NewReport(cmd.OutOrStdout(), name)
 			r.Printf("retina bench %s", name)
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			if err := run(cmd.Context(), r, cfg); err != nil {
 				return err
 			}
@@ -53,6 +69,7 @@ func benchSubcommand[C any](name, short string, cfg C, flags func(*pflag.FlagSet
 		},
 	}
 	flags(cmd.Flags(), &cfg)
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	return cmd
 }
 
@@ -118,5 +135,16 @@ func queryFlags(f *pflag.FlagSet, cfg *bench.QueryConfig) {
 	f.IntVar(&cfg.FileRows, "file-rows", cfg.FileRows, "rows per base file")
 	f.Float64Var(&cfg.DeltaPct, "delta-pct", cfg.DeltaPct, "percent of rows updated after the load")
 	f.IntVar(&cfg.Runs, "runs", cfg.Runs, "timed runs per figure (median reported)")
+	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
+}
+
+func e2eFlags(f *pflag.FlagSet, cfg *bench.E2EConfig) {
+	f.Float64Var(&cfg.SF, "sf", cfg.SF, "HyBench-like scale factor of the base data")
+	f.Float64Var(&cfg.DeltaPct, "delta-pct", cfg.DeltaPct, "percent of the base rows changed before the queries under change")
+	f.IntVar(&cfg.APRate, "ap-rate", cfg.APRate, "row changes/s streaming while the queries run under change")
+	f.IntVar(&cfg.APReps, "ap-reps", cfg.APReps, "runs per query (median) on static data and under change")
+	f.IntVar(&cfg.FreshRate, "fresh-rate", cfg.FreshRate, "row changes/s during the freshness phase")
+	f.DurationVar(&cfg.FreshFor, "fresh-for", cfg.FreshFor, "length of the freshness phase")
+	f.DurationVar(&cfg.SustainFor, "sustain-for", cfg.SustainFor, "length of the full-speed phase timed for rows_per_sec_sustained")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
 }

@@ -30,7 +30,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newBenchCommand(), newSQLCommand())
+	root.AddCommand(newVersionCommand(), newBenchCommand(), newSQLCommand(), newServeCommand(), newDemoCommand())
 	return root
 }
 

@@ -155,3 +155,24 @@ func TestQueryBenchSmall(t *testing.T) {
 		}
 	}
 }
+
+func TestE2EBenchSmall(t *testing.T) {
+	cfg := DefaultE2EConfig()
+	cfg.SF, cfg.APReps, cfg.FreshFor, cfg.SustainFor, cfg.FreshRate = 0.002, 1, time.Second, time.Second, 20_000
+	var out bytes.Buffer
+	r := NewReport(&out, "e2e")
+	if err := E2E(t.Context(), r, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"rows_per_sec_sustained", "freshness_p99_ms", "ap_slowdown_ratio", "visibility_bits_per_tuple"} {
+		if v, ok := r.Get(k); !ok || v.(float64) <= 0 {
+			t.Fatalf("figure %s = %v:\n%s", k, v, out.String())
+		}
+	}
+	if v, _ := r.Get("invariant_failures"); v != 0 {
+		t.Fatalf("invariant failures: %v\n%s", v, out.String())
+	}
+	if v, _ := r.Get("invariant_checks"); v.(int) < 2 {
+		t.Fatalf("only %v invariant checks", v)
+	}
+}

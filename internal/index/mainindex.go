@@ -99,7 +99,9 @@ func (m *mainIndex) register(r RowRange, loc Location) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if ov := m.overlapping(r); len(ov) > 0 {
+	if ov := m.overlapping(r); len(ov) == 1 && ov[0].r == r && ov[0].loc == loc {
+		return nil // already registered (a restart re-registers files)
+	} else if len(ov) > 0 {
 		return fmt.Errorf("%w: [%d, %d) meets [%d, %d)", ErrOverlap, r.First, r.end(), ov[0].r.First, ov[0].r.end())
 	}
 	e := miEntry{r: r, loc: loc}
@@ -188,7 +190,8 @@ func (m *mainIndex) dropFiles(ids []uint64) (int, error) {
 }
 
 // Register maps the row ids of r to consecutive offsets from loc. The ids
-// must not be mapped yet.
+// must not be mapped yet, except to exactly this location (then it is a
+// no-op).
 func (s *Store) Register(_ context.Context, r RowRange, loc Location) error {
 	if err := s.usable(); err != nil {
 		return err

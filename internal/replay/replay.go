@@ -309,6 +309,57 @@ func (r *Replayer) Flush(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// Finish makes every table's rows regular files (see writebuffer.Finish).
+func (r *Replayer) Finish(ctx context.Context) error {
+	r.mu.Lock()
+	bufs := make([]*writebuffer.Buffer, 0, len(r.tables))
+	for _, t := range r.tables {
+		bufs = append(bufs, t.buf)
+	}
+	r.mu.Unlock()
+	var errs []error
+	for _, b := range bufs {
+		errs = append(errs, b.Finish(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// BufferStats sums the write-buffer statistics of every table.
+func (r *Replayer) BufferStats() writebuffer.Stats {
+	r.mu.Lock()
+	bufs := make([]*writebuffer.Buffer, 0, len(r.tables))
+	for _, t := range r.tables {
+		bufs = append(bufs, t.buf)
+	}
+	r.mu.Unlock()
+	var total writebuffer.Stats
+	for _, b := range bufs {
+		st := b.Stats()
+		total.MemoryBytes += st.MemoryBytes
+		total.UnflushedBytes += st.UnflushedBytes
+		total.Blocks += st.Blocks
+		total.Flushed += st.Flushed
+		total.Combined += st.Combined
+		total.FlushErrors += st.FlushErrors
+		total.VirtualFiles += st.VirtualFiles
+		if st.LastFlushError != "" {
+			total.LastFlushError = st.LastFlushError
+		}
+	}
+	return total
+}
+
+// Files lists the ids of the files whose visibility this replayer owns.
+func (r *Replayer) Files() []uint64 {
+	r.filesMu.RLock()
+	defer r.filesMu.RUnlock()
+	ids := make([]uint64, 0, len(r.files))
+	for id := range r.files {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 // Close flushes and stops every table's buffer.
 func (r *Replayer) Close(ctx context.Context) error {
 	r.mu.Lock()

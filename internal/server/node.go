@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
+	"time"
 
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/index"
@@ -19,6 +21,7 @@ import (
 	"github.com/retinadb/retina/internal/replay"
 	"github.com/retinadb/retina/internal/scan"
 	"github.com/retinadb/retina/internal/txn"
+	"github.com/retinadb/retina/internal/visibility"
 )
 
 // NodeConfig chooses where state lives and how components are tuned.
@@ -30,7 +33,10 @@ type NodeConfig struct {
 	BlockRows    int    // write-buffer block size (default 8192)
 	FileBlocks   int    // blocks per virtual file (default 128)
 	QueryThreads int    // DuckDB threads (default GOMAXPROCS)
-	Logger       *slog.Logger
+	// GCInterval is how often visibility GC folds deletes below the LWM
+	// (default 1s).
+	GCInterval time.Duration
+	Logger     *slog.Logger
 }
 
 // Node is every component of an embedded Retina, opened and wired.
@@ -45,6 +51,10 @@ type Node struct {
 	Scanner   *scan.Scanner
 	Engine    *query.Engine
 	log       *slog.Logger
+
+	stopGC context.CancelFunc
+	gcDone chan struct{}
+	gcRuns atomic.Uint64
 }
 
 // OpenNode opens every component on the data directory.
@@ -66,6 +76,9 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (n *Node, err error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.GCInterval <= 0 {
+		cfg.GCInterval = time.Second
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("server: data dir: %w", err)
@@ -99,11 +112,49 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (n *Node, err error) {
 		}
 		n.Replayers = append(n.Replayers, rp)
 	}
+	if err := n.restore(ctx); err != nil {
+		return nil, err
+	}
 	n.Scanner = scan.New(n.Lake, n.owner, nil)
 	if n.Engine, err = query.Open(ctx, query.Config{Catalog: n.Catalog, Txn: n.Txn, Scanner: n.Scanner, Threads: cfg.QueryThreads, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
+	gcCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	n.stopGC, n.gcDone = stop, make(chan struct{})
+	go n.gcLoop(gcCtx)
 	return n, nil
+}
+
+// gcLoop folds visibility below the LWM so memory tracks the deletes that
+// running queries can still see, not every delete ever made.
+func (n *Node) gcLoop(ctx context.Context) {
+	defer close(n.gcDone)
+	tick := time.NewTicker(n.Config.GCInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		n.CollectVisibility(ctx)
+	}
+}
+
+// CollectVisibility runs one visibility GC pass at the current LWM.
+func (n *Node) CollectVisibility(ctx context.Context) visibility.CollectStats {
+	var total visibility.CollectStats
+	w, err := n.Txn.Watermarks(ctx)
+	if err != nil {
+		return total
+	}
+	for _, rp := range n.Replayers {
+		st := rp.Collect(w.LWM)
+		total.Folded += st.Folded
+		total.FreedBlocks += st.FreedBlocks
+	}
+	n.gcRuns.Add(1)
+	return total
 }
 
 func (n *Node) owner(id uint32) (scan.Owner, bool) {
@@ -118,8 +169,36 @@ func (n *Node) LiveKeys(ctx context.Context, t *catalog.Table, snapshot uint64) 
 	return n.Scanner.LiveKeys(ctx, t, n.Catalog.Snapshot().LiveFiles(t.ID), snapshot)
 }
 
+// Shutdown is the clean stop: with intake stopped, it makes every buffered
+// row part of a regular file, records every file's deletes at HWM − 1 and
+// closes the components. A node reopened on the data directory answers
+// exactly as this one did.
+func (n *Node) Shutdown(ctx context.Context) error {
+	var errs []error
+	for _, rp := range n.Replayers {
+		errs = append(errs, rp.Finish(ctx))
+	}
+	if err := errors.Join(errs...); err != nil {
+		n.Close(ctx)
+		return fmt.Errorf("server: finish write buffers: %w", err)
+	}
+	w, err := n.Txn.Watermarks(ctx)
+	if err == nil {
+		err = n.SaveVisibility(w.HWM - 1)
+	}
+	if err == nil && n.Config.IndexBackend == "pebble" {
+		err = n.Index.Sync()
+	}
+	return errors.Join(err, n.Close(ctx))
+}
+
 // Close stops every component, flushing the replayers' buffers.
 func (n *Node) Close(ctx context.Context) error {
+	if n.stopGC != nil {
+		n.stopGC()
+		<-n.gcDone
+		n.stopGC = nil
+	}
 	var errs []error
 	if n.Engine != nil {
 		errs = append(errs, n.Engine.Close())
@@ -143,4 +222,25 @@ func (n *Node) Close(ctx context.Context) error {
 		errs = append(errs, n.Catalog.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// Memory is what the node's replay state holds in memory.
+type Memory struct {
+	VisibilityBytes  int64
+	WriteBufferBytes int64
+	// Tuples counts the row versions replayed since the node opened
+	// (inserts and updates): the denominator of bits per tuple.
+	Tuples uint64
+}
+
+// Memory sums the replayers' visibility and write-buffer memory.
+func (n *Node) Memory() Memory {
+	var m Memory
+	for _, rp := range n.Replayers {
+		m.VisibilityBytes += rp.VisibilityBytes()
+		m.WriteBufferBytes += rp.BufferStats().MemoryBytes
+		st := rp.Stats()
+		m.Tuples += st.Inserts + st.Updates
+	}
+	return m
 }

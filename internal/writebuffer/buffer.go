@@ -594,6 +594,32 @@ func (b *Buffer) Flush(ctx context.Context) error {
 	}
 }
 
+// Finish seals the file receiving rows even if it is not full, and waits
+// until every block is durable and every file combined into a regular file:
+// nothing of the table is left virtual (a clean shutdown calls it, so a
+// restart finds only regular files). Later appends start a new file.
+func (b *Buffer) Finish(ctx context.Context) error {
+	b.mu.Lock()
+	if f := b.cur; f != nil {
+		b.sealActive()
+		f.sealed = true
+		b.cur = nil
+		b.maybeCombine(f)
+	}
+	b.mu.Unlock()
+	if err := b.Flush(ctx); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, f := range b.files {
+		if !f.combined {
+			return fmt.Errorf("writebuffer: table %d file %d could not be combined (last error: %s)", b.cfg.TableID, f.id, b.stats.LastFlushError)
+		}
+	}
+	return nil
+}
+
 // Close flushes what it can within ctx and stops the workers. Files not
 // full stay virtual: their blocks are durable in the lake.
 func (b *Buffer) Close(ctx context.Context) error {

@@ -1,0 +1,132 @@
+package server
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/types"
+)
+
+// Config is the configuration of `retina serve`. Values come from, in
+// increasing precedence: the defaults, one YAML file, RETINA_* environment
+// variables, and command-line flags.
+type Config struct {
+	DataDir      string   `yaml:"data"`
+	Lake         string   `yaml:"lake"`
+	Sources      []string `yaml:"sources"`
+	SourceEOF    string   `yaml:"source_eof"` // follow (default) or stop
+	SQLAddr      string   `yaml:"sql_addr"`
+	HTTPAddr     string   `yaml:"http_addr"`
+	LogFormat    string   `yaml:"log_format"` // text (default) or json
+	IndexBackend string   `yaml:"index"`      // memory (default) or pebble
+	Replayers    int      `yaml:"replayers"`
+	Buckets      int      `yaml:"buckets"`
+	BadInput     string   `yaml:"bad_input"`   // fail (default) or dead-letter
+	DeadLetter   string   `yaml:"dead_letter"` // file for dead-lettered messages
+	// Tables declared up front (for sources whose messages carry no schema).
+	Tables []TableDecl `yaml:"tables"`
+}
+
+// TableDecl declares a table.
+type TableDecl struct {
+	Name       string       `yaml:"name"`
+	Columns    []ColumnDecl `yaml:"columns"`
+	PrimaryKey []string     `yaml:"primary_key"`
+}
+
+// ColumnDecl declares a column; type is as types.Parse reads it.
+type ColumnDecl struct {
+	Name     string `yaml:"name"`
+	Type     string `yaml:"type"`
+	Nullable bool   `yaml:"nullable"`
+}
+
+// DefaultConfig works with nothing else given.
+func DefaultConfig() Config {
+	return Config{
+		DataDir: "retina-data", SourceEOF: "follow", SQLAddr: "127.0.0.1:5433", HTTPAddr: "127.0.0.1:9187",
+		LogFormat: "text", IndexBackend: "memory", Replayers: 2, Buckets: 16, BadInput: "fail",
+	}
+}
+
+// LoadFile overlays a YAML file on c. Unknown keys are errors.
+func (c *Config) LoadFile(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+// ApplyEnv overlays RETINA_* variables (sources comma-separated).
+func (c *Config) ApplyEnv(getenv func(string) string) error {
+	str := map[string]*string{
+		"RETINA_DATA": &c.DataDir, "RETINA_LAKE": &c.Lake, "RETINA_SOURCE_EOF": &c.SourceEOF,
+		"RETINA_SQL_ADDR": &c.SQLAddr, "RETINA_HTTP_ADDR": &c.HTTPAddr, "RETINA_LOG_FORMAT": &c.LogFormat,
+		"RETINA_INDEX": &c.IndexBackend, "RETINA_BAD_INPUT": &c.BadInput, "RETINA_DEAD_LETTER": &c.DeadLetter,
+	}
+	for k, p := range str {
+		if v := getenv(k); v != "" {
+			*p = v
+		}
+	}
+	for k, p := range map[string]*int{"RETINA_REPLAYERS": &c.Replayers, "RETINA_BUCKETS": &c.Buckets} {
+		if v := getenv(k); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return fmt.Errorf("config: %s=%q is not a number", k, v)
+			}
+			*p = n
+		}
+	}
+	if v := getenv("RETINA_SOURCE"); v != "" {
+		c.Sources = strings.Split(v, ",")
+	}
+	return nil
+}
+
+// Validate checks the values that have a fixed set of choices.
+func (c *Config) Validate() error {
+	switch {
+	case c.SourceEOF != "follow" && c.SourceEOF != "stop":
+		return fmt.Errorf("config: source_eof %q: want follow or stop", c.SourceEOF)
+	case c.LogFormat != "text" && c.LogFormat != "json":
+		return fmt.Errorf("config: log_format %q: want text or json", c.LogFormat)
+	case c.IndexBackend != "memory" && c.IndexBackend != "pebble":
+		return fmt.Errorf("config: index %q: want memory or pebble", c.IndexBackend)
+	case c.BadInput != "fail" && c.BadInput != "dead-letter":
+		return fmt.Errorf("config: bad_input %q: want fail or dead-letter", c.BadInput)
+	case c.BadInput == "dead-letter" && c.DeadLetter == "":
+		return fmt.Errorf("config: bad_input dead-letter needs dead_letter (a file)")
+	case c.Replayers < 1 || c.Buckets < 1:
+		return fmt.Errorf("config: replayers and buckets must be positive")
+	}
+	for _, t := range c.Tables {
+		if _, err := t.schema(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t TableDecl) schema() (catalog.Schema, error) {
+	sc := catalog.Schema{PrimaryKey: t.PrimaryKey}
+	for _, c := range t.Columns {
+		ty, err := types.Parse(c.Type)
+		if err != nil {
+			return sc, fmt.Errorf("config: table %s column %s: %w", t.Name, c.Name, err)
+		}
+		sc.Columns = append(sc.Columns, catalog.Column{Name: c.Name, Type: ty, Nullable: c.Nullable})
+	}
+	return sc, nil
+}

@@ -1,0 +1,113 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/retinadb/retina/internal/sink"
+	"github.com/retinadb/retina/internal/txn"
+	"github.com/retinadb/retina/internal/writebuffer"
+)
+
+// handler serves /metrics (Prometheus text format) and /healthz.
+func (s *Server) handler() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.registerMetrics(reg)
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := s.Failure(); err != nil {
+			http.Error(w, "ingestion stopped: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+func (s *Server) registerMetrics(reg *prometheus.Registry) {
+	watermark := func(pick func(w txn.Watermarks) float64) func() float64 {
+		return func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			w, err := s.Node.Txn.Watermarks(ctx)
+			if err != nil {
+				return 0
+			}
+			return pick(w)
+		}
+	}
+	gauge := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "retina", Name: name, Help: help}, f))
+	}
+	counter := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "retina", Name: name, Help: help}, f))
+	}
+	gauge("hwm", "High watermark: every timestamp below it is committed or abandoned.", watermark(func(w txn.Watermarks) float64 { return float64(w.HWM) }))
+	gauge("lwm", "Low watermark: every query snapshot below it has ended.", watermark(func(w txn.Watermarks) float64 { return float64(w.LWM) }))
+	gauge("next_timestamp", "Next mirror timestamp to be handed out.", watermark(func(w txn.Watermarks) float64 { return float64(w.Next) }))
+	gauge("hwm_lag", "Timestamps handed out but not yet visible (next - hwm).", watermark(func(w txn.Watermarks) float64 { return float64(w.Next - w.HWM) }))
+	gauge("running_queries", "Queries holding a snapshot.", watermark(func(w txn.Watermarks) float64 { return float64(w.Running) }))
+
+	sinks := func(pick func(st sink.Stats) float64) func() float64 {
+		return func() float64 {
+			var v float64
+			for _, f := range s.feeds {
+				v += pick(f.sink.Stats())
+			}
+			return v
+		}
+	}
+	counter("source_messages_total", "Source messages read.", sinks(func(st sink.Stats) float64 { return float64(st.Messages) }))
+	counter("transactions_applied_total", "Source transactions replayed as mirror transactions.", sinks(func(st sink.Stats) float64 { return float64(st.Transactions) }))
+	counter("rows_applied_total", "Row operations handed to the replayers.", sinks(func(st sink.Stats) float64 { return float64(st.Ops) }))
+	counter("rows_committed_total", "Row changes of committed transactions, visible to queries (rate() of it is rows/s).", sinks(func(st sink.Stats) float64 { return float64(st.Committed) }))
+	counter("duplicates_dropped_total", "Redelivered transactions dropped.", sinks(func(st sink.Stats) float64 { return float64(st.Duplicates) }))
+	counter("dead_lettered_total", "Messages set aside under the dead-letter policy.", sinks(func(st sink.Stats) float64 { return float64(st.DeadLettered) }))
+	gauge("replay_lag_seconds", "Now minus the source commit time of the newest applied transaction (0 before the first).", func() float64 {
+		var newest int64
+		for _, f := range s.feeds {
+			newest = max(newest, f.sink.Stats().LastSourceMS)
+		}
+		if newest == 0 {
+			return 0
+		}
+		return max(0, float64(time.Now().UnixMilli()-newest)/1000)
+	})
+
+	buffers := func(pick func(st writebuffer.Stats) float64) func() float64 {
+		return func() float64 {
+			var v float64
+			for _, rp := range s.Node.Replayers {
+				v += pick(rp.BufferStats())
+			}
+			return v
+		}
+	}
+	gauge("visibility_bytes", "Memory held by visibility (delete timestamps and bitmaps).", func() float64 {
+		var n int64
+		for _, rp := range s.Node.Replayers {
+			n += rp.VisibilityBytes()
+		}
+		return float64(n)
+	})
+	gauge("write_buffer_bytes", "Memory held by write-buffer blocks.", buffers(func(st writebuffer.Stats) float64 { return float64(st.MemoryBytes) }))
+	gauge("write_buffer_unflushed_bytes", "Write-buffer bytes not yet durable in the lake.", buffers(func(st writebuffer.Stats) float64 { return float64(st.UnflushedBytes) }))
+	gauge("virtual_files", "Files still made of write-buffer blocks.", buffers(func(st writebuffer.Stats) float64 { return float64(st.VirtualFiles) }))
+	counter("blocks_flushed_total", "Write-buffer blocks uploaded to the lake.", buffers(func(st writebuffer.Stats) float64 { return float64(st.Flushed) }))
+	counter("files_combined_total", "Virtual files combined into regular files.", buffers(func(st writebuffer.Stats) float64 { return float64(st.Combined) }))
+	counter("flush_errors_total", "Failed block uploads or combinations (retried).", buffers(func(st writebuffer.Stats) float64 { return float64(st.FlushErrors) }))
+	gauge("pipeline_failed", "1 when a source stopped with an error (see /healthz).", func() float64 {
+		if s.Failure() != nil {
+			return 1
+		}
+		return 0
+	})
+}
