@@ -32,7 +32,7 @@ type E2EConfig struct {
 
 // DefaultE2EConfig runs in under a minute on two cores.
 func DefaultE2EConfig() E2EConfig {
-	return E2EConfig{SF: 0.05, Seed: 1, DeltaPct: 1, APRate: 10_000, APReps: 3,
+	return E2EConfig{SF: 0.05, Seed: 1, DeltaPct: 1, APRate: 10_000, APReps: 5,
 		FreshRate: 100_000, FreshFor: 10 * time.Second, SustainFor: 10 * time.Second}
 }
 
