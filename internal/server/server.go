@@ -17,6 +17,7 @@ import (
 
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/cdc"
+	"github.com/retinadb/retina/internal/durable"
 	"github.com/retinadb/retina/internal/pgwire"
 	"github.com/retinadb/retina/internal/sink"
 )
@@ -216,7 +217,7 @@ func (s *Server) shutdown() error {
 	for _, f := range s.feeds {
 		data, err := json.Marshal(sinkState{Source: f.uri, Checkpoint: f.sink.Checkpoint()})
 		if err == nil {
-			err = writeAtomic(f.cp, data)
+			err = durable.WriteFile(f.cp, data)
 		}
 		errs = append(errs, err, f.src.Close())
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 
 	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/durable"
 	"github.com/retinadb/retina/internal/index"
 	"github.com/retinadb/retina/internal/lake"
 	"github.com/retinadb/retina/internal/replay"
@@ -49,7 +50,7 @@ func (n *Node) SaveVisibility(ts uint64) error {
 				return err
 			}
 			name := strconv.FormatUint(id, 10) + ".vis"
-			if err := writeAtomic(filepath.Join(n.visDir(), name), data); err != nil {
+			if err := durable.WriteFile(filepath.Join(n.visDir(), name), data); err != nil {
 				return err
 			}
 			keep[name] = true
@@ -65,29 +66,6 @@ func (n *Node) SaveVisibility(ts uint64) error {
 		}
 	}
 	return nil
-}
-
-// writeAtomic replaces a file by write, fsync and rename.
-func writeAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
 }
 
 // restore gives each replayer its files back with their deletes, and

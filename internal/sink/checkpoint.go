@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"sync"
 
 	"github.com/retinadb/retina/internal/cdc"
+	"github.com/retinadb/retina/internal/durable"
 )
 
 // Checkpoint is what the sink needs to resume without duplicates: per
@@ -173,30 +173,7 @@ func (f FileCheckpoints) Save(cp Checkpoint) error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(f.Path)
-	tmp, err := os.CreateTemp(dir, filepath.Base(f.Path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("sink: save checkpoint: %w", err)
-	}
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), f.Path)
-	}
-	if err == nil {
-		var d *os.File
-		if d, err = os.Open(dir); err == nil {
-			err = d.Sync()
-			d.Close()
-		}
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
+	if err := durable.WriteFile(f.Path, data); err != nil {
 		return fmt.Errorf("sink: save checkpoint: %w", err)
 	}
 	return nil

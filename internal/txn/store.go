@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+
+	"github.com/retinadb/retina/internal/durable"
 )
 
 // Store persists the reserved bound: no timestamp at or above it has ever
@@ -128,41 +130,11 @@ func (s *FileStore) Raise(_ context.Context, prev, next uint64) error {
 	if s.current != prev {
 		return &ConflictError{Expected: prev, Current: s.current}
 	}
-	tmp, err := os.CreateTemp(s.dir, fileStoreName+".tmp*")
-	if err != nil {
-		return fmt.Errorf("txn: reserve: %w", err)
-	}
-	_, err = tmp.Write(encodeBound(next))
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), s.path())
-	}
-	if err == nil {
-		err = syncDir(s.dir)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("txn: reserve up to %d in %s: %w", next, s.path(), err)
+	if err := durable.WriteFile(s.path(), encodeBound(next)); err != nil {
+		return fmt.Errorf("txn: reserve up to %d: %w", next, err)
 	}
 	s.current = next
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // Close releases the directory lock.
