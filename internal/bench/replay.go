@@ -67,34 +67,33 @@ func DefaultWriteBufferConfig() WriteBufferConfig {
 	return WriteBufferConfig{Rows: 3_000_000, Batch: 256, SteadyRate: 50_000, SteadyFor: 4 * time.Second, Seed: 1}
 }
 
-// benchLake opens a file:// lake and a catalog in a temp dir.
-func benchLake(ctx context.Context) (dir string, store *lake.Store, cat *catalog.Catalog, err error) {
+// benchLake opens a file:// lake and a catalog in a temp dir; closing
+// them and removing the dir is the returned func.
+func benchLake(ctx context.Context) (dir string, store *lake.Store, cat *catalog.Catalog, closeAll func(), err error) {
 	if dir, err = os.MkdirTemp("", "retina-bench-"); err != nil {
-		return "", nil, nil, err
+		return "", nil, nil, nil, err
 	}
 	quiet := slog.New(slog.DiscardHandler)
 	if store, err = lake.Open(ctx, "file://"+dir+"/lake", lake.Options{Logger: quiet}); err != nil {
-		return dir, nil, nil, err
+		os.RemoveAll(dir)
+		return "", nil, nil, nil, err
 	}
 	if cat, err = catalog.Open(dir + "/catalog"); err != nil {
 		store.Close()
-		return dir, nil, nil, err
+		os.RemoveAll(dir)
+		return "", nil, nil, nil, err
 	}
-	return dir, store, cat, nil
+	return dir, store, cat, func() { cat.Close(); store.Close(); os.RemoveAll(dir) }, nil
 }
 
 // WriteBuffer measures rows appended per second into one table's buffer
 // while its blocks are flushed to file:// and combined in the background.
 func WriteBuffer(ctx context.Context, r *Report, cfg WriteBufferConfig) error {
-	dir, store, cat, err := benchLake(ctx)
-	if dir != "" {
-		defer os.RemoveAll(dir)
-	}
+	_, store, cat, closeAll, err := benchLake(ctx)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	defer cat.Close()
+	defer closeAll()
 	cols := transferColumns()
 	tb, err := cat.CreateTable(ctx, "transfer", catalog.Schema{Columns: cols, PrimaryKey: []string{"id"}})
 	if err != nil {
@@ -188,15 +187,11 @@ func Replay(ctx context.Context, r *Report, cfg ReplayConfig) error {
 }
 
 func replayBackend(ctx context.Context, r *Report, cfg ReplayConfig, backend string) error {
-	dir, store, cat, err := benchLake(ctx)
-	if dir != "" {
-		defer os.RemoveAll(dir)
-	}
+	dir, store, cat, closeAll, err := benchLake(ctx)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	defer cat.Close()
+	defer closeAll()
 	quiet := slog.New(slog.DiscardHandler)
 	idx, err := index.Open(index.Config{Backend: backend, Dir: dir + "/index", Logger: quiet})
 	if err != nil {

@@ -70,15 +70,11 @@ func debeziumTransfer(b []byte, rng *rand.Rand, id int64, tx string, order int) 
 
 // Sink measures Debezium decoding and the whole file → sink → replayer path.
 func Sink(ctx context.Context, r *Report, cfg SinkConfig) error {
-	dir, store, cat, err := benchLake(ctx)
-	if dir != "" {
-		defer os.RemoveAll(dir)
-	}
+	dir, store, cat, closeAll, err := benchLake(ctx)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	defer cat.Close()
+	defer closeAll()
 	_, err = cat.CreateTable(ctx, "transfer", catalog.Schema{Columns: transferColumns(), PrimaryKey: []string{"id"}})
 	if err != nil {
 		return err

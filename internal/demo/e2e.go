@@ -186,13 +186,11 @@ func (p *pipeline) withStream(ctx context.Context, rate int, pr *probes, probe b
 	var wg sync.WaitGroup
 	var feedErr error
 	wg.Go(func() { feedErr = p.feed(streamCtx, rate) })
-	wg.Go(func() {
-		interval := 100 * time.Millisecond
-		if !probe {
-			interval = time.Hour // invariant checks only
-		}
-		p.runProbes(streamCtx, pr, interval, time.Second)
-	})
+	interval := time.Duration(0) // invariant checks only
+	if probe {
+		interval = 100 * time.Millisecond
+	}
+	wg.Go(func() { p.runProbes(streamCtx, pr, interval, time.Second) })
 	err := body(streamCtx)
 	stop()
 	wg.Wait()

@@ -103,49 +103,47 @@ func geomean(xs []float64) float64 {
 	return math.Exp(sum / float64(len(xs)))
 }
 
-// runProbes probes freshness every interval and checks the invariants
-// every checkEvery until ctx ends.
+// runProbes checks the invariants every checkEvery and, unless interval is
+// 0, probes freshness every interval, until ctx ends.
 func (p *pipeline) runProbes(ctx context.Context, pr *probes, interval, checkEvery time.Duration) {
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			f, err := p.freshness(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
+	if interval > 0 {
+		wg.Go(func() {
+			every(ctx, interval, func() {
+				f, err := p.freshness(ctx)
+				if err == nil {
+					pr.addFresh(sample{At: pr.sinceStart(), Freshness: f})
+				} else if ctx.Err() == nil {
 					pr.addErr(err)
 				}
-				continue
-			}
-			pr.addFresh(sample{At: pr.sinceStart(), Freshness: f})
-		}
-	})
+			})
+		})
+	}
 	wg.Go(func() {
-		tick := time.NewTicker(checkEvery)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
+		every(ctx, checkEvery, func() {
 			failures, err := p.checkInvariants(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					pr.addErr(err)
-				}
-				continue
+			if err == nil {
+				pr.addCheck(failures)
+			} else if ctx.Err() == nil {
+				pr.addErr(err)
 			}
-			pr.addCheck(failures)
-		}
+		})
 	})
 	wg.Wait()
+}
+
+// every calls f each interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, f func()) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			f()
+		}
+	}
 }
 
 // runAP runs the analytical queries round-robin until ctx ends.

@@ -191,15 +191,7 @@ func (g *Generator) appendCustomer(b []byte, id int64) []byte {
 	p := r.IntN(len(provinces))
 	b = strField(b, "province", provinces[p])
 	b = strField(b, "city", provinces[p]+"-"+strconv.Itoa(1+r.IntN(20)))
-	b = field(b, "loan_balance", false)
-	b = appendDecimal(b, r.Int64N(10_000_000))
-	b = intField(b, "saving_credit", int64(r.IntN(5)))
-	b = intField(b, "checking_credit", int64(r.IntN(5)))
-	b = intField(b, "loan_credit", int64(r.IntN(5)))
-	b = boolField(b, "isblocked", r.IntN(100) == 0)
-	b = intField(b, "created_date", g.pastMicros(r)/86_400_000_000)
-	b = intField(b, "last_update_ts", g.pastMicros(r))
-	return intField(b, "fresh_ts", g.base)
+	return g.appendCreditFields(b, r, 10_000_000)
 }
 
 func (g *Generator) appendCompany(b []byte, id int64) []byte {
@@ -210,8 +202,13 @@ func (g *Generator) appendCompany(b []byte, id int64) []byte {
 	b = strField(b, "name", lastNames[r.IntN(len(lastNames))]+" "+cat+" "+strconv.FormatInt(id, 10))
 	b = strField(b, "category", cat)
 	b = intField(b, "staff_size", 10+int64(r.IntN(10_000)))
+	return g.appendCreditFields(b, r, 1_000_000_000)
+}
+
+// appendCreditFields writes the columns customers and companies share.
+func (g *Generator) appendCreditFields(b []byte, r *rand.Rand, maxLoan int64) []byte {
 	b = field(b, "loan_balance", false)
-	b = appendDecimal(b, r.Int64N(1_000_000_000))
+	b = appendDecimal(b, r.Int64N(maxLoan))
 	b = intField(b, "saving_credit", int64(r.IntN(5)))
 	b = intField(b, "checking_credit", int64(r.IntN(5)))
 	b = intField(b, "loan_credit", int64(r.IntN(5)))

@@ -294,46 +294,41 @@ func (r *Replayer) VisibilityBytes() int64 {
 	return n
 }
 
-// Flush makes every table's buffered rows durable in the lake.
-func (r *Replayer) Flush(ctx context.Context) error {
+// buffers lists the tables' write buffers; they are used outside r.mu so
+// a slow flush does not hold up Apply.
+func (r *Replayer) buffers() []*writebuffer.Buffer {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	bufs := make([]*writebuffer.Buffer, 0, len(r.tables))
 	for _, t := range r.tables {
 		bufs = append(bufs, t.buf)
 	}
-	r.mu.Unlock()
+	return bufs
+}
+
+// eachBuffer calls f on every table's buffer and joins the errors.
+func (r *Replayer) eachBuffer(f func(*writebuffer.Buffer) error) error {
 	var errs []error
-	for _, b := range bufs {
-		errs = append(errs, b.Flush(ctx))
+	for _, b := range r.buffers() {
+		errs = append(errs, f(b))
 	}
 	return errors.Join(errs...)
+}
+
+// Flush makes every table's buffered rows durable in the lake.
+func (r *Replayer) Flush(ctx context.Context) error {
+	return r.eachBuffer(func(b *writebuffer.Buffer) error { return b.Flush(ctx) })
 }
 
 // Finish makes every table's rows regular files (see writebuffer.Finish).
 func (r *Replayer) Finish(ctx context.Context) error {
-	r.mu.Lock()
-	bufs := make([]*writebuffer.Buffer, 0, len(r.tables))
-	for _, t := range r.tables {
-		bufs = append(bufs, t.buf)
-	}
-	r.mu.Unlock()
-	var errs []error
-	for _, b := range bufs {
-		errs = append(errs, b.Finish(ctx))
-	}
-	return errors.Join(errs...)
+	return r.eachBuffer(func(b *writebuffer.Buffer) error { return b.Finish(ctx) })
 }
 
 // BufferStats sums the write-buffer statistics of every table.
 func (r *Replayer) BufferStats() writebuffer.Stats {
-	r.mu.Lock()
-	bufs := make([]*writebuffer.Buffer, 0, len(r.tables))
-	for _, t := range r.tables {
-		bufs = append(bufs, t.buf)
-	}
-	r.mu.Unlock()
 	var total writebuffer.Stats
-	for _, b := range bufs {
+	for _, b := range r.buffers() {
 		st := b.Stats()
 		total.MemoryBytes += st.MemoryBytes
 		total.UnflushedBytes += st.UnflushedBytes

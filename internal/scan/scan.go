@@ -200,7 +200,13 @@ func (sc *Scanner) scanRegular(ctx context.Context, req Request, f *catalog.File
 	if err != nil {
 		return err
 	}
-	offset := 0
+	return sc.scanRowGroups(ctx, req, pf, 0, only, bm, st, emit)
+}
+
+// scanRowGroups filters and emits the row groups of an open Parquet file
+// (only = -1: all) whose first row is at offset in the bitmap bm. Row
+// groups created after the snapshot are skipped unread.
+func (sc *Scanner) scanRowGroups(ctx context.Context, req Request, pf *lake.File, offset, only int, bm []uint64, st *Stats, emit Selected) error {
 	for g, meta := range pf.RowGroups() {
 		rows := int(meta.Rows)
 		if (only >= 0 && g != only) || meta.Rows == 0 || meta.MinCreateTS > req.Snapshot {
@@ -277,25 +283,7 @@ func (sc *Scanner) scanBlockObject(ctx context.Context, req Request, b writebuff
 		return err
 	}
 	defer pf.Close()
-	offset := int(b.First)
-	for g, meta := range pf.RowGroups() {
-		rows := int(meta.Rows)
-		if meta.Rows == 0 || meta.MinCreateTS > req.Snapshot {
-			offset += rows
-			continue
-		}
-		rec, err := pf.ReadRowGroup(ctx, g, req.Columns, true)
-		if err != nil {
-			return err
-		}
-		err = sc.filterEmit(ctx, rec, bitsAt(bm, offset, rows), req.Snapshot < meta.MaxCreateTS, req.Snapshot, st, emit)
-		rec.Release()
-		if err != nil {
-			return err
-		}
-		offset += rows
-	}
-	return nil
+	return sc.scanRowGroups(ctx, req, pf, int(b.First), -1, bm, st, emit)
 }
 
 // project keeps the requested columns of a buffered record (all table
