@@ -28,8 +28,9 @@ type KafkaOptions struct {
 
 // KafkaSource consumes Debezium topics with franz-go.
 type KafkaSource struct {
-	cl      *kgo.Client
-	pending []*kgo.Record
+	cl       *kgo.Client
+	pending  []*kgo.Record
+	fetchErr error // reported after pending drains
 }
 
 // OpenKafka connects to the brokers and joins the consumer group.
@@ -83,20 +84,34 @@ func parseKafkaStream(s string) (string, int32, bool) {
 }
 
 // Next returns the next record of any assigned partition.
+//
+// Records a poll returned are consumed as far as the client is concerned, so
+// they are kept even when ctx ends during the poll; dropping them would lose
+// them until the next restart. A fetch error is returned once the records
+// that came with it are handed out.
 func (s *KafkaSource) Next(ctx context.Context) (Message, error) {
 	for len(s.pending) == 0 {
-		fetches := s.cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
+		if err := s.fetchErr; err != nil {
+			s.fetchErr = nil
 			return Message{}, err
 		}
+		fetches := s.cl.PollFetches(ctx)
+		s.pending = fetches.Records()
 		var errs []error
 		fetches.EachError(func(t string, p int32, err error) {
+			if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+				return // the poll was cut short, not a fetch failure
+			}
 			errs = append(errs, fmt.Errorf("%s/%d: %w", t, p, err))
 		})
 		if len(errs) > 0 {
-			return Message{}, fmt.Errorf("cdc: kafka fetch: %w", errors.Join(errs...))
+			s.fetchErr = fmt.Errorf("cdc: kafka fetch: %w", errors.Join(errs...))
 		}
-		s.pending = fetches.Records()
+		if len(s.pending) == 0 && s.fetchErr == nil {
+			if err := ctx.Err(); err != nil {
+				return Message{}, err
+			}
+		}
 	}
 	r := s.pending[0]
 	s.pending = s.pending[1:]

@@ -344,14 +344,18 @@ func TestExactlyOnceFile(t *testing.T) {
 // crashing wraps a real source and stops the sink once it has processed n
 // messages: the "crash" points of the exactly-once tests.
 // Sources that never end (Kafka) also stop once finished() says the whole
-// stream is applied.
+// stream is applied; a source that stays quiet for stallAfter before that
+// fails the run with state() instead of waiting forever.
 type crashing struct {
 	cdc.Source
 	n, given int
 	sink     *Sink
 	cancel   context.CancelFunc
 	finished func() bool
+	state    func() string
 }
+
+const stallAfter = 30 * time.Second
 
 func (c *crashing) Next(ctx context.Context) (cdc.Message, error) {
 	if c.given == c.n {
@@ -361,6 +365,7 @@ func (c *crashing) Next(ctx context.Context) (cdc.Message, error) {
 		c.cancel()
 		return cdc.Message{}, context.Canceled
 	}
+	quietSince := time.Now()
 	for {
 		wait, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		m, err := c.Source.Next(wait)
@@ -375,6 +380,10 @@ func (c *crashing) Next(ctx context.Context) (cdc.Message, error) {
 		if c.finished != nil && c.finished() {
 			c.cancel()
 			return cdc.Message{}, context.Canceled
+		}
+		if c.state != nil && time.Since(quietSince) > stallAfter {
+			return cdc.Message{}, fmt.Errorf("source quiet for %s after %d messages, stream not finished: sink %+v, %s",
+				stallAfter, c.given, c.sink.Stats(), c.state())
 		}
 	}
 }
@@ -410,14 +419,19 @@ func TestExactlyOnceKafka(t *testing.T) {
 	for range 1500 {
 		g.txn()
 	}
+	recs := make([]*kgo.Record, 0, len(g.lines))
 	for _, l := range g.lines {
 		rec := &kgo.Record{Topic: l.topic, Value: []byte(l.value)}
 		if l.key != "" {
 			rec.Key = []byte(l.key)
 		}
-		if err := prod.ProduceSync(ctx, rec).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
+		recs = append(recs, rec)
+	}
+	produceCtx, stopProduce := context.WithTimeout(ctx, time.Minute)
+	err = prod.ProduceSync(produceCtx, recs...).FirstErr()
+	stopProduce()
+	if err != nil {
+		t.Fatal(err)
 	}
 	cps := FileCheckpoints{Path: filepath.Join(st.dir, "kafka.checkpoint")}
 	rng := rand.New(rand.NewPCG(6, 6))
@@ -445,6 +459,9 @@ func TestExactlyOnceKafka(t *testing.T) {
 		crash := &crashing{Source: src, n: covered + 1 + rng.IntN(len(g.lines)), cancel: cancel, finished: func() bool {
 			w, _ := st.svc.Watermarks(ctx)
 			return w.HWM == w.Next && w.HWM-1 >= uint64(g.txCount)
+		}, state: func() string {
+			w, _ := st.svc.Watermarks(ctx)
+			return fmt.Sprintf("run %d, watermarks %+v, %d transactions in %d messages, started from %+v", run, w, g.txCount, len(g.lines), cp)
 		}}
 		s := st.newSink(t, crash, func(c *Config) { c.Checkpoints, c.Start = cps, cp })
 		crash.sink = s

@@ -1,0 +1,92 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestKafkaNextKeepsRecordsOfACutShortPoll polls with deadlines so short
+// that many expire while a fetch is being handed over: every record must
+// still arrive exactly once, in offset order per partition.
+func TestKafkaNextKeepsRecordsOfACutShortPoll(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), // listens on 127.0.0.1
+		kfake.SeedTopics(2, "db.orders", "db.transaction"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const perTopic = 3000
+	var recs []*kgo.Record
+	for i := range perTopic {
+		for _, topic := range []string{"db.orders", "db.transaction"} {
+			recs = append(recs, &kgo.Record{Topic: topic, Value: fmt.Appendf(nil, `{"n":%d}`, i)})
+		}
+	}
+	if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	src, err := OpenKafka(KafkaOptions{Brokers: cluster.ListenAddrs(), TopicRegex: `^db\.`, Group: "cut-short"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	next := map[string]int64{} // stream → next expected offset
+	got, cutShort := 0, 0
+	for got < len(recs) {
+		if ctx.Err() != nil {
+			t.Fatalf("received %d of %d records before the deadline (%d polls cut short)", got, len(recs), cutShort)
+		}
+		poll, stop := context.WithTimeout(ctx, time.Duration(rng.IntN(2000))*time.Microsecond)
+		m, err := src.Next(poll)
+		stop()
+		if errors.Is(err, context.DeadlineExceeded) {
+			cutShort++
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := next[m.Pos.Stream]; m.Pos.Offset != want {
+			t.Fatalf("%s: offset %d, want %d (a record was lost or repeated)", m.Pos.Stream, m.Pos.Offset, want)
+		}
+		next[m.Pos.Stream]++
+		got++
+	}
+	if len(next) != 4 {
+		t.Fatalf("records came from %d partitions, want 4", len(next))
+	}
+	if cutShort == 0 {
+		t.Fatal("no poll was cut short: the test exercised nothing")
+	}
+	t.Logf("%d records, %d polls cut short", got, cutShort)
+}
+
+// TestKafkaOptionsRejected: a source without brokers or topics, or with a
+// bad regex, is refused up front.
+func TestKafkaOptionsRejected(t *testing.T) {
+	for _, opts := range []KafkaOptions{
+		{Topics: []string{"a"}},
+		{Brokers: []string{"127.0.0.1:1"}},
+		{Brokers: []string{"127.0.0.1:1"}, TopicRegex: "("},
+	} {
+		if _, err := OpenKafka(opts); err == nil {
+			t.Errorf("%+v: accepted", opts)
+		}
+	}
+}
