@@ -95,6 +95,9 @@ func (s *KafkaSource) Next(ctx context.Context) (Message, error) {
 			s.fetchErr = nil
 			return Message{}, err
 		}
+		if err := ctx.Err(); err != nil {
+			return Message{}, err
+		}
 		fetches := s.cl.PollFetches(ctx)
 		s.pending = fetches.Records()
 		var errs []error
@@ -106,11 +109,6 @@ func (s *KafkaSource) Next(ctx context.Context) (Message, error) {
 		})
 		if len(errs) > 0 {
 			s.fetchErr = fmt.Errorf("cdc: kafka fetch: %w", errors.Join(errs...))
-		}
-		if len(s.pending) == 0 && s.fetchErr == nil {
-			if err := ctx.Err(); err != nil {
-				return Message{}, err
-			}
 		}
 	}
 	r := s.pending[0]
