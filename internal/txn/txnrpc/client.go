@@ -2,6 +2,7 @@ package txnrpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -36,6 +37,9 @@ type Client struct {
 	calls chan *call
 	stop  chan struct{}
 	wg    sync.WaitGroup
+	// cleanups are the RPCs that undo a group begin or query begin whose
+	// caller gave up waiting; Close waits for them.
+	cleanups sync.WaitGroup
 
 	mu     sync.RWMutex // enqueues hold it shared; Close takes it exclusively
 	closed bool
@@ -107,7 +111,8 @@ func (c *Client) Close() error {
 		close(c.stop)
 	}
 	c.mu.Unlock()
-	c.wg.Wait()
+	c.wg.Wait() // no sender is left to start a cleanup
+	c.cleanups.Wait()
 	return nil
 }
 
@@ -226,16 +231,27 @@ func (c *Client) complete(cl *call, set func()) {
 		for i := range ts {
 			ts[i] = cl.first + uint64(i)
 		}
-		go c.cleanup(func(ctx context.Context) error { return c.AbandonMirror(ctx, ts...) })
+		c.cleanups.Go(func() { c.cleanup(&txnpb.BatchRequest{Abandon: []*txnpb.TimestampList{{Ts: ts}}}) })
 	case kindBeginQuery:
-		go c.cleanup(func(ctx context.Context) error { return c.EndQuery(ctx, cl.handle) })
+		c.cleanups.Go(func() { c.cleanup(&txnpb.BatchRequest{EndQuery: []uint64{cl.handle}}) })
 	}
 }
 
-func (c *Client) cleanup(f func(context.Context) error) {
+// cleanup sends its own RPC rather than queueing a call: it runs on behalf
+// of a sender and must still go out while Close stops the senders.
+func (c *Client) cleanup(req *txnpb.BatchRequest) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.RPCTimeout)
 	defer cancel()
-	if err := f(ctx); err != nil {
+	resp, err := c.rpc.Batch(ctx, req)
+	if err == nil {
+		err = checkShape(req, resp)
+	}
+	if err == nil {
+		for _, st := range append(resp.Abandon, resp.EndQuery...) {
+			err = errors.Join(err, fromStatus(st))
+		}
+	}
+	if err != nil {
 		c.opts.Logger.Warn("txn client: cleanup after a cancelled call failed", "err", err)
 	}
 }

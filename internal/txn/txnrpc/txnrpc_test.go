@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -124,6 +125,35 @@ func TestCancelledCallsDoNotHoldWatermarks(t *testing.T) {
 			t.Fatalf("watermarks held by cancelled calls: %+v", w)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCloseFinishesCleanups: closing the client right after a call gave up
+// still undoes what the server did for it, before Close returns.
+func TestCloseFinishesCleanups(t *testing.T) {
+	local := newLocal(t)
+	c := serve(t, slowBegin{Service: local, delay: 50 * time.Millisecond})
+	short, cancel := context.WithTimeout(t.Context(), 5*time.Millisecond)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if _, err := c.BeginMirror(short, 10); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("BeginMirror: %v", err)
+		}
+	})
+	wg.Go(func() {
+		if _, err := c.BeginQuery(short); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("BeginQuery: %v", err)
+		}
+	})
+	wg.Wait()
+	c.Close() // the batch is still on the server
+	w, err := local.Watermarks(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Next != 11 || w.HWM != w.Next || w.Running != 0 || w.LWM != w.HWM-1 {
+		t.Fatalf("after Close, cancelled calls still hold watermarks: %+v", w)
 	}
 }
 
