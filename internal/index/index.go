@@ -18,6 +18,7 @@ package index
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -120,6 +121,11 @@ type spi interface {
 	lookupBatch(entries [][]byte, ts uint64, out []Found) error
 	// mutate applies checked mutations of unique keys in order.
 	mutate(muts []Mutation) error
+	// revert removes exactly the versions (entry, ts) of ops, if present.
+	revert(ops []op) error
+	// each reports every entry under prefix whose newest version ≤ ts is
+	// live, with its row id.
+	each(prefix []byte, ts uint64, fn func(entry []byte, rowID uint64) error) error
 	// scan reports the live row ids of non-unique entries under prefix.
 	scan(prefix []byte, ts uint64, fn func(rowID uint64)) error
 	// purge drops versions no snapshot ≥ gcTS can see.
@@ -318,6 +324,9 @@ const (
 	// Replace puts RowID; the key must be live at TS. Old is set to the row
 	// id it had.
 	Replace
+	// Upsert puts RowID whether or not the key is live at TS; Live and Old
+	// report the row it replaced (a snapshot read of a row that exists).
+	Upsert
 )
 
 func (k MutKind) String() string {
@@ -328,6 +337,8 @@ func (k MutKind) String() string {
 		return "delete"
 	case Replace:
 		return "replace"
+	case Upsert:
+		return "upsert"
 	}
 	return fmt.Sprintf("mutation(%d)", uint8(k))
 }
@@ -343,7 +354,8 @@ type Mutation struct {
 	TS    uint64
 	Kind  MutKind
 	RowID uint64
-	Old   uint64 // out: the previous row id (Delete, Replace)
+	Old   uint64 // out: the previous row id, when Live
+	Live  bool   // out: the key had a live row at TS
 	Err   error  // out: nil, or an error wrapping ErrConflict
 }
 
@@ -360,7 +372,7 @@ func (s *Store) Mutate(_ context.Context, muts []Mutation) (int, error) {
 		if !m.Key.unique {
 			return 0, fmt.Errorf("%w: Mutate on a non-unique index; use Put and Tombstone", ErrBadDef)
 		}
-		if m.Kind < Insert || m.Kind > Replace {
+		if m.Kind < Insert || m.Kind > Upsert {
 			return 0, fmt.Errorf("index: unknown mutation kind %d", m.Kind)
 		}
 		if err := checkTS(m.TS); err != nil {
@@ -382,19 +394,68 @@ func (s *Store) Mutate(_ context.Context, muts []Mutation) (int, error) {
 // check decides a mutation given the key's current state; it returns the
 // version to write.
 func (m *Mutation) check(old uint64, live bool) (version, bool) {
+	m.Live, m.Old = live, 0
+	if live {
+		m.Old = old
+	}
 	switch {
 	case m.Kind == Insert && live:
 		m.Err = fmt.Errorf("%w: insert of key %x at ts %d: live as row %d", ErrConflict, m.Key.enc, m.TS, old)
-	case m.Kind != Insert && !live:
+	case (m.Kind == Delete || m.Kind == Replace) && !live:
 		m.Err = fmt.Errorf("%w: %s of key %x at ts %d: no live row", ErrConflict, m.Kind, m.Key.enc, m.TS)
 	default:
-		m.Err, m.Old = nil, old
+		m.Err = nil
 		if m.Kind == Delete {
 			return version{m.TS, tombVal}, true
 		}
 		return version{m.TS, m.RowID}, true
 	}
 	return version{}, false
+}
+
+// Written names one version a write put into the index: the key, the row id
+// (which, for a non-unique index, is part of the entry) and the timestamp.
+type Written struct {
+	Key   Key
+	RowID uint64
+	TS    uint64
+}
+
+// Revert removes exactly the given versions, wherever they are: the undo of
+// mirror transactions rolled back before they committed. A version that is
+// not there is skipped. Older versions of the same entries are untouched, so
+// a lookup afterwards answers as if the reverted writes never happened.
+func (s *Store) Revert(_ context.Context, ws []Written) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	if len(ws) == 0 {
+		return nil
+	}
+	var b Batch
+	for _, w := range ws {
+		b.add(w.Key, w.TS, w.RowID, false)
+	}
+	return s.spi.revert(b.ops)
+}
+
+// Each reports every entry of index id that is live at snapshot ts, in no
+// particular order: the key and its row id. fn must not call the store.
+func (s *Store) Each(_ context.Context, id uint32, ts uint64, fn func(k Key, rowID uint64) error) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	d, ok := (*s.defs.Load())[id]
+	if !ok {
+		return fmt.Errorf("%w: %d", ErrUnknownIndex, id)
+	}
+	prefix := binary.BigEndian.AppendUint32(nil, id)
+	return s.spi.each(prefix, ts, func(entry []byte, rowID uint64) error {
+		if !d.Unique {
+			entry = entry[:len(entry)-8] // the row id suffix
+		}
+		return fn(Key{unique: d.Unique, enc: entry}, rowID)
+	})
 }
 
 // Lookup returns the row id of a unique index key at snapshot ts, or

@@ -1,6 +1,7 @@
 package index
 
 import (
+	"bytes"
 	"encoding/binary"
 	"hash/maphash"
 	"math"
@@ -272,6 +273,73 @@ func (s *memorySPI) mutate(muts []Mutation) error {
 			sh.put(m.Key.enc, nv)
 		}
 		sh.mu.Unlock()
+	}
+	return nil
+}
+
+func (s *memorySPI) revert(ops []op) error {
+	for _, o := range ops {
+		sh := s.shard(o.entry)
+		sh.mu.Lock()
+		gone := sh.removeVersion(o.entry, o.ts)
+		sh.mu.Unlock()
+		if gone && o.multi {
+			s.dropPrefixEntry(o.entry)
+		}
+	}
+	return nil
+}
+
+// removeVersion drops the version at ts of entry, if there is one, and
+// reports whether the entry is gone; called with mu held.
+func (sh *memShard) removeVersion(entry []byte, ts uint64) (gone bool) {
+	s, found := sh.get(entry)
+	if !found {
+		return false
+	}
+	vs := sh.all(entry, s)
+	i := slices.IndexFunc(vs, func(v version) bool { return v.ts == ts })
+	if i < 0 {
+		return false
+	}
+	vs = slices.Delete(vs, i, i+1)
+	if len(vs) == 0 {
+		sh.remove(entry)
+		return true
+	}
+	sh.store(entry, vs)
+	return false
+}
+
+func (s *memorySPI) each(prefix []byte, ts uint64, fn func(entry []byte, rowID uint64) error) error {
+	type hit struct {
+		entry []byte
+		row   uint64
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		var hits []hit
+		visit := func(entry []byte, sl slot) {
+			if !bytes.HasPrefix(entry, prefix) {
+				return
+			}
+			if v, ok := sh.at(entry, sl, ts); ok && v.val != tombVal {
+				hits = append(hits, hit{slices.Clone(entry), v.val})
+			}
+		}
+		sh.mu.RLock()
+		for k, sl := range sh.short {
+			visit(k.bytes(), sl)
+		}
+		for k, sl := range sh.long {
+			visit([]byte(k), sl)
+		}
+		sh.mu.RUnlock()
+		for _, h := range hits {
+			if err := fn(h.entry, h.row); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -226,6 +226,51 @@ func (p *pebbleSPI) scan(prefix []byte, ts uint64, fn func(uint64)) error {
 	return it.Error()
 }
 
+func (p *pebbleSPI) revert(ops []op) error {
+	b := p.db.NewBatch()
+	defer b.Close()
+	var key []byte
+	for _, o := range ops {
+		key = spiKey(key[:0], o.entry, o.ts)
+		if err := b.Delete(key, nil); err != nil {
+			return fmt.Errorf("index: batch: %w", err)
+		}
+	}
+	if err := b.Commit(p.wopt); err != nil {
+		return fmt.Errorf("index: revert %d versions: %w", len(ops), err)
+	}
+	return nil
+}
+
+func (p *pebbleSPI) each(prefix []byte, ts uint64, fn func(entry []byte, rowID uint64) error) error {
+	lower := append([]byte{pfxSPI}, prefix...)
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upperBound(lower)})
+	if err != nil {
+		return fmt.Errorf("index: iterator: %w", err)
+	}
+	defer it.Close()
+	var seek []byte
+	for ok := it.First(); ok; {
+		k := it.Key()
+		if len(k) < len(lower)+8 {
+			return fmt.Errorf("index: short key %x", k)
+		}
+		entry := bytes.Clone(k[:len(k)-8])
+		seek = binary.BigEndian.AppendUint64(append(seek[:0], entry...), ^ts)
+		id, live, err := readVersion(it, seek, len(entry))
+		if err != nil {
+			return err
+		}
+		if live {
+			if err := fn(entry[1:], id); err != nil {
+				return err
+			}
+		}
+		ok = it.SeekGE(upperBound(entry)) // the next entry, past every version of this one
+	}
+	return it.Error()
+}
+
 func (p *pebbleSPI) purge(gcTS uint64) (int, error) {
 	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: []byte{pfxSPI}, UpperBound: []byte{pfxSPI + 1}})
 	if err != nil {

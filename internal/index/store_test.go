@@ -3,9 +3,11 @@ package index
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -113,8 +115,9 @@ func (m model) purge(gcTS uint64) {
 	}
 }
 
-// TestBackendsAgainstOracle applies random puts, tombstones and purges to
-// both backends and compares lookups and scans at random snapshots.
+// TestBackendsAgainstOracle applies random puts, tombstones, checked
+// mutations, reverts of the newest timestamp and purges to both backends and
+// compares lookups, scans and Each at random snapshots.
 func TestBackendsAgainstOracle(t *testing.T) {
 	backends(t, func(t *testing.T, open func() *Store) {
 		ctx := context.Background()
@@ -137,27 +140,33 @@ func TestBackendsAgainstOracle(t *testing.T) {
 		}
 		secEntry := func(g int, row uint64) string { return string(sec(g).entryKey(nil, row)) }
 		ts, gc := uint64(1), uint64(0)
+		var written []Written // versions written at ts, for a revert
+		wrote := func(k Key, row uint64, entry string, v int64) {
+			m.set(entry, ts, v)
+			written = append(written, Written{Key: k, RowID: row, TS: ts})
+		}
+		next := func() { ts, written = ts+1, nil }
 		for round := range 300 {
 			var b Batch
 			for range 1 + rng.IntN(20) {
 				switch i, g, row := rng.IntN(60), rng.IntN(5), uint64(rng.IntN(40)); rng.IntN(4) {
 				case 0, 1:
 					b.Put(pk(i), ts, row)
-					m.set(string(pk(i).enc), ts, int64(row))
+					wrote(pk(i), row, string(pk(i).enc), int64(row))
 				case 2:
 					b.Tombstone(pk(i), ts, 0)
-					m.set(string(pk(i).enc), ts, -1)
+					wrote(pk(i), 0, string(pk(i).enc), -1)
 				case 3:
 					if rng.IntN(2) == 0 {
 						b.Put(sec(g), ts, row)
-						m.set(secEntry(g, row), ts, int64(row))
+						wrote(sec(g), row, secEntry(g, row), int64(row))
 					} else {
 						b.Tombstone(sec(g), ts, row)
-						m.set(secEntry(g, row), ts, -1)
+						wrote(sec(g), row, secEntry(g, row), -1)
 					}
 				}
 				if rng.IntN(3) == 0 {
-					ts++
+					next()
 				}
 			}
 			if err := s.Apply(ctx, &b); err != nil {
@@ -167,7 +176,7 @@ func TestBackendsAgainstOracle(t *testing.T) {
 			var muts []Mutation
 			for range rng.IntN(8) {
 				i := rng.IntN(60)
-				muts = append(muts, Mutation{Key: pk(i), TS: ts, Kind: MutKind(1 + rng.IntN(3)), RowID: uint64(rng.IntN(40))})
+				muts = append(muts, Mutation{Key: pk(i), TS: ts, Kind: MutKind(1 + rng.IntN(4)), RowID: uint64(rng.IntN(40))})
 			}
 			if _, err := s.Mutate(ctx, muts); err != nil {
 				t.Fatal(err)
@@ -175,23 +184,35 @@ func TestBackendsAgainstOracle(t *testing.T) {
 			for _, mu := range muts {
 				entry := string(mu.Key.enc)
 				old, live := m.at(entry, mu.TS)
-				wantErr := (mu.Kind == Insert) == live
+				wantErr := mu.Kind != Upsert && (mu.Kind == Insert) == live
 				if (mu.Err != nil) != wantErr || (mu.Err != nil && !errors.Is(mu.Err, ErrConflict)) {
 					t.Fatalf("round %d: %s at %d (live %v): err %v", round, mu.Kind, mu.TS, live, mu.Err)
+				}
+				if mu.Live != live || live && mu.Old != old {
+					t.Fatalf("round %d: %s reported live %v old row %d, want %v %d", round, mu.Kind, mu.Live, mu.Old, live, old)
 				}
 				if mu.Err != nil {
 					continue
 				}
-				if mu.Kind != Insert && mu.Old != old {
-					t.Fatalf("round %d: %s returned old row %d, want %d", round, mu.Kind, mu.Old, old)
-				}
 				if mu.Kind == Delete {
-					m.set(entry, mu.TS, -1)
+					wrote(mu.Key, 0, entry, -1)
 				} else {
-					m.set(entry, mu.TS, int64(mu.RowID))
+					wrote(mu.Key, mu.RowID, entry, int64(mu.RowID))
 				}
 			}
-			ts++
+			if rng.IntN(6) == 0 { // roll back everything written at ts
+				if err := s.Revert(ctx, written); err != nil {
+					t.Fatal(err)
+				}
+				for _, w := range written {
+					entry := string(w.Key.entryKey(nil, w.RowID))
+					delete(m[entry], ts)
+					if len(m[entry]) == 0 {
+						delete(m, entry)
+					}
+				}
+			}
+			next()
 			if rng.IntN(25) == 0 {
 				gc = gc + uint64(rng.IntN(int(ts-gc)))
 				if _, err := s.Purge(ctx, gc); err != nil {
@@ -220,6 +241,29 @@ func TestBackendsAgainstOracle(t *testing.T) {
 				}
 				if !slices.Equal(ids, wantIDs) {
 					t.Fatalf("round %d: scan group %d at %d: got %v want %v", round, g, q, ids, wantIDs)
+				}
+			}
+			q := gc + uint64(rng.IntN(int(ts-gc)+1))
+			for _, id := range []uint32{pkIndex, secIndex} {
+				got := map[string]uint64{}
+				err := s.Each(ctx, id, q, func(k Key, row uint64) error {
+					got[string(k.entryKey(nil, row))] = row
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := map[string]uint64{}
+				for entry := range m {
+					if binary.BigEndian.Uint32([]byte(entry)) != id {
+						continue
+					}
+					if row, live := m.at(entry, q); live {
+						want[entry] = row
+					}
+				}
+				if !maps.Equal(got, want) {
+					t.Fatalf("round %d: Each(%d) at %d: %d entries, want %d", round, id, q, len(got), len(want))
 				}
 			}
 		}

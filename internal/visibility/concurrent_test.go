@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -62,6 +64,13 @@ func (m *mvcc) endQuery(s uint64) {
 	}
 }
 
+// idle reports that every handed-out timestamp is committed.
+func (m *mvcc) idle() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.hwm == m.next
+}
+
 // advanceLWM moves LWM to the oldest running snapshot, or HWM−1.
 func (m *mvcc) advanceLWM() uint64 {
 	m.mu.Lock()
@@ -77,13 +86,16 @@ func (m *mvcc) advanceLWM() uint64 {
 	return low
 }
 
-// TestConcurrentDeletesReadsAndGC runs writers appending out-of-order deletes,
-// eight readers checking bitmaps at random snapshots in [LWM, HWM) and a GC
-// goroutine advancing LWM, all at once; every bitmap is checked.
+// TestConcurrentDeletesReadsAndGC runs writers appending out-of-order deletes
+// of every tuple, eight readers checking bitmaps at random snapshots in
+// [LWM, HWM) and a GC goroutine advancing LWM, all at once; every bitmap is
+// checked. The run ends when the writers have deleted every tuple and each
+// reader and the collector have done their share of rounds, however long
+// that takes on the machine.
 func TestConcurrentDeletesReadsAndGC(t *testing.T) {
-	dur := 3 * time.Second
+	rounds := int64(400)
 	if testing.Short() {
-		dur = time.Second
+		rounds = 100
 	}
 	const (
 		rows    = 3*4096 + 500 // a few tiles so writers collide on them
@@ -96,9 +108,9 @@ func TestConcurrentDeletesReadsAndGC(t *testing.T) {
 	var claimed atomic.Int64
 	perm := rand.New(rand.NewPCG(3, 3)).Perm(rows)
 
-	ctx, cancel := context.WithTimeout(context.Background(), dur)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var wg sync.WaitGroup
+	var writing, wg sync.WaitGroup
 	var checks, gcs atomic.Int64
 	errc := make(chan error, writers+readers+1)
 	fail := func(err error) {
@@ -108,9 +120,17 @@ func TestConcurrentDeletesReadsAndGC(t *testing.T) {
 		}
 		cancel()
 	}
+	// done tells a reader or the collector to stop: every tuple is deleted
+	// and it did its rounds, or the test failed.
+	done := func(did int64) bool {
+		if ctx.Err() != nil {
+			return true
+		}
+		return claimed.Load() >= rows && did >= rounds && m.idle()
+	}
 
 	for w := range writers {
-		wg.Go(func() {
+		writing.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(w), 11))
 			for ctx.Err() == nil {
 				i := claimed.Add(1) - 1
@@ -120,8 +140,8 @@ func TestConcurrentDeletesReadsAndGC(t *testing.T) {
 				ts := m.begin()
 				off := uint32(perm[i])
 				// Stagger so commits and deletes interleave out of order.
-				if rng.IntN(4) == 0 {
-					time.Sleep(time.Duration(rng.IntN(50)) * time.Microsecond)
+				for range rng.IntN(4) {
+					runtime.Gosched()
 				}
 				deletedAt[off].Store(ts)
 				if err := g.Delete(off, ts); err != nil {
@@ -143,7 +163,17 @@ func TestConcurrentDeletesReadsAndGC(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(r), 22))
 			dst := make([]uint64, g.BitmapWords())
 			want := make([]uint64, g.BitmapWords())
-			for ctx.Err() == nil {
+			last := int64(-1)
+			for did := int64(0); !done(did); did++ {
+				// While writers run, check once per few of their deletes so
+				// readers do not starve them.
+				c := claimed.Load()
+				if c < rows && c-last < 16 {
+					did--
+					runtime.Gosched()
+					continue
+				}
+				last = c
 				s := m.beginQuery(rng)
 				err := g.Bitmap(s, dst)
 				if err == nil {
@@ -167,52 +197,76 @@ func TestConcurrentDeletesReadsAndGC(t *testing.T) {
 		})
 	}
 	wg.Go(func() {
-		for ctx.Err() == nil {
+		for did := int64(0); !done(did); did++ {
 			g.Collect(m.advanceLWM())
 			gcs.Add(1)
-			time.Sleep(200 * time.Microsecond)
+			time.Sleep(200 * time.Microsecond) // pacing only: leave the writers room
 		}
 	})
+	writing.Wait()
 	wg.Wait()
 	close(errc)
 	for err := range errc {
 		t.Fatal(err)
 	}
-	if checks.Load() < 100 || gcs.Load() < 10 {
-		t.Fatalf("too little work to mean anything: %d checks, %d collects", checks.Load(), gcs.Load())
+	// Every tuple is deleted: the bitmap at the last timestamp is all ones.
+	g.Collect(m.advanceLWM())
+	dst := make([]uint64, g.BitmapWords())
+	if err := g.Bitmap(m.hwm-1, dst); err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("%d deletes, %d checked bitmaps, %d collects", min(claimed.Load(), rows), checks.Load(), gcs.Load())
+	for off := range rows {
+		if dst[off/64]>>(off%64)&1 == 0 {
+			t.Fatalf("offset %d not deleted at the end", off)
+		}
+	}
+	t.Logf("%d deletes, %d checked bitmaps, %d collects", rows, checks.Load(), gcs.Load())
 }
 
 // TestConcurrentDuplicateDeletes: racing deletes of the same tuples while GC
-// retires and rebuilds duplicate filters; exactly one delete of each wins.
+// retires and rebuilds duplicate filters; exactly one delete of each tuple
+// wins and every other is refused as a duplicate. GC follows a real low
+// watermark (below every delete still in flight), so no delete is ever too
+// old to be accepted.
 func TestConcurrentDuplicateDeletes(t *testing.T) {
-	const rows = 4096
+	const (
+		rows    = 4096
+		writers = 4
+	)
 	g := mustRowGroup(t, rows, WithTileSize(256))
 	var wins [rows]atomic.Int32
+	var dups atomic.Int64
 	var ts atomic.Uint64
+	// inflight[w] is a lower bound of the timestamp writer w is deleting
+	// with, published before the timestamp is taken; MaxUint64 when idle.
+	var inflight [writers]atomic.Uint64
+	for w := range inflight {
+		inflight[w].Store(math.MaxUint64)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var gcWG sync.WaitGroup
 	gcWG.Go(func() {
 		for ctx.Err() == nil {
-			// Everything handed out is applied in this test, so any
-			// timestamp below the issued ones is a safe watermark only once
-			// its delete returned; collect behind a conservative margin.
-			if cur := ts.Load(); cur > 64 {
-				g.Collect(cur - 64)
+			wm := ts.Load()
+			for w := range inflight {
+				wm = min(wm, inflight[w].Load())
 			}
+			g.Collect(wm)
 		}
 	})
 	var wg sync.WaitGroup
-	for w := range 4 {
+	for w := range writers {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(w), 5))
 			for _, off := range rng.Perm(rows) {
+				inflight[w].Store(ts.Load())
 				err := g.Delete(uint32(off), ts.Add(1))
+				inflight[w].Store(math.MaxUint64)
 				switch {
 				case err == nil:
 					wins[off].Add(1)
-				case errors.Is(err, ErrAlreadyDeleted), errors.Is(err, ErrBelowBase):
+				case errors.Is(err, ErrAlreadyDeleted):
+					dups.Add(1)
 				default:
 					t.Error(err)
 				}
@@ -223,8 +277,11 @@ func TestConcurrentDuplicateDeletes(t *testing.T) {
 	cancel()
 	gcWG.Wait()
 	for off := range wins {
-		if n := wins[off].Load(); n > 1 {
-			t.Fatalf("offset %d deleted %d times", off, n)
+		if n := wins[off].Load(); n != 1 {
+			t.Fatalf("offset %d: %d deletes accepted, want exactly 1", off, n)
 		}
+	}
+	if want := int64((writers - 1) * rows); dups.Load() != want {
+		t.Fatalf("%d deletes refused as duplicates, want %d", dups.Load(), want)
 	}
 }

@@ -123,6 +123,24 @@ func (g *RowGroup) Delete(offset uint32, ts uint64) error {
 	return nil
 }
 
+// Undelete takes back the delete of the tuple at offset made at ts: the undo
+// of a mirror transaction rolled back before it committed. ts must be above
+// every snapshot a running or future query holds until the undo is done (at
+// or above HWM), so no reader ever saw the delete. Afterwards the tuple can
+// be deleted again.
+func (g *RowGroup) Undelete(offset uint32, ts uint64) error {
+	if int64(offset) >= int64(g.rows) {
+		return fmt.Errorf("%w: offset %d, rows %d", ErrOffsetOutOfRange, offset, g.rows)
+	}
+	if err := checkTimestamp(ts); err != nil {
+		return err
+	}
+	g.gcMu.Lock()
+	defer g.gcMu.Unlock()
+	i := offset >> g.tileShift
+	return g.tiles[i].undelete(offset&uint32(g.tileSize-1), ts)
+}
+
 // Bitmap writes the deleted set at snapshot ts into dst[:BitmapWords()]: bit
 // i of word j is set iff offset 64j+i was deleted at a timestamp ≤ ts. It
 // fails when ts is below the collected watermark of any tile (the exact

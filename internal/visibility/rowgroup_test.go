@@ -39,8 +39,9 @@ func mustRowGroup(t testing.TB, rows int, opts ...Option) *RowGroup {
 	return g
 }
 
-// TestPropertyAgainstOracle applies random out-of-order deletes, random GC
-// points and random snapshots and compares every bitmap with the oracle.
+// TestPropertyAgainstOracle applies random out-of-order deletes, rollbacks
+// of the newest ones, random GC points and random snapshots and compares
+// every bitmap with the oracle.
 func TestPropertyAgainstOracle(t *testing.T) {
 	rounds := 60
 	if testing.Short() {
@@ -86,6 +87,26 @@ func checkAgainstOracle(t *testing.T, rng *rand.Rand, rows, tileSize int) {
 				if err := g.Delete(d.off, d.ts+uint64(k)); !errors.Is(err, ErrAlreadyDeleted) {
 					t.Fatalf("duplicate delete of %d: got %v, want ErrAlreadyDeleted", d.off, err)
 				}
+			}
+		}
+		// Sometimes the newest transactions of the group are rolled back:
+		// their deletes are taken back (in any order) and the tuples become
+		// deletable again.
+		if rng.IntN(4) == 0 {
+			cut := hwm + rng.Uint64N(uint64(k))
+			rng.Shuffle(len(dels), func(i, j int) { dels[i], dels[j] = dels[j], dels[i] })
+			for _, d := range dels {
+				if d.ts < cut {
+					continue
+				}
+				if err := g.Undelete(d.off, d.ts); err != nil {
+					t.Fatalf("undelete %d@%d: %v", d.off, d.ts, err)
+				}
+				if err := g.Undelete(d.off, d.ts); !errors.Is(err, ErrNotDeleted) {
+					t.Fatalf("second undelete of %d@%d: got %v, want ErrNotDeleted", d.off, d.ts, err)
+				}
+				delete(model, d.off)
+				live = append(live, int(d.off))
 			}
 		}
 		hwm += uint64(k)

@@ -37,6 +37,8 @@ var (
 	// ErrSnapshotTooOld reports a snapshot below a tile's base timestamp: the
 	// exact bitmap no longer exists in memory and the caller needs a checkpoint.
 	ErrSnapshotTooOld = errors.New("visibility: snapshot older than the collected watermark")
+	// ErrNotDeleted reports an undelete of a tuple not deleted at that timestamp.
+	ErrNotDeleted = errors.New("visibility: tuple not deleted at that timestamp")
 	// ErrBadTileSize reports a tile size that is not a power of two in
 	// [MinTileSize, MaxTileSize].
 	ErrBadTileSize = errors.New("visibility: tile size must be a power of two between 64 and 4096")
@@ -128,6 +130,31 @@ func (t *tile) delete(off uint32, ts uint64, words int) error {
 		t.append(entry(off, ts))
 		return nil
 	}
+}
+
+// undelete removes the entry (off, ts) from the chain and its bit from the
+// duplicate filter. The caller holds the row group's GC lock, so no collect
+// copies the entry forward meanwhile; a bitmap reader never needs the entry,
+// because its snapshot is below ts.
+func (t *tile) undelete(off uint32, ts uint64) error {
+	s := t.snap.Load()
+	if ts <= s.baseTS {
+		return fmt.Errorf("%w: undelete ts %d, base ts %d", ErrBelowBase, ts, s.baseTS)
+	}
+	e := entry(off, ts)
+	for b := s.head; b != nil; b = b.next.Load() {
+		for i := range b.entries {
+			// A zeroed slot is skipped by readers and by collect; in the tail
+			// block a later delete may reuse it.
+			if b.load(i) == e && atomic.CompareAndSwapUint64(&b.entries[i], e, 0) {
+				if f := t.filter.Load(); f != nil && f.bits != nil {
+					f.bits[off>>6].And(^(uint64(1) << (off & 63)))
+				}
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%w: offset %d, ts %d", ErrNotDeleted, off, ts)
 }
 
 // buildFilter makes a duplicate filter holding every delete the tile has.
