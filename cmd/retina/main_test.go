@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -31,20 +34,33 @@ func TestUnknownCommandFails(t *testing.T) {
 	}
 }
 
-// TestServeFlagsOverrideOnlyWhenGiven: a flag left at its default must not
-// undo the config file or the environment.
+// TestServeFlagsOverrideOnlyWhenGiven: the serve command's real flags,
+// parsed from a command line, override the config file and the environment
+// only where they are given; a flag given at its default value still wins.
 func TestServeFlagsOverrideOnlyWhenGiven(t *testing.T) {
-	cmd := newServeCommand()
-	if err := cmd.Flags().Parse([]string{"--data", "/flag/data", "--source", "file:/a", "--source", "file:/b"}); err != nil {
+	file := filepath.Join(t.TempDir(), "retina.yaml")
+	os.WriteFile(file, []byte("sql_addr: 127.0.0.1:7000\ndata: /file/data\nbuckets: 4\nlog_format: json\n"), 0o644)
+	env := map[string]string{"RETINA_REPLAYERS": "3", "RETINA_BUCKETS": "8", "RETINA_DECIMAL_HANDLING": "string"}
+	cmd, sf := serveCommand()
+	err := cmd.Flags().Parse([]string{"--config", file, "--data", "/flag/data", "--source", "file:/a", "--source", "file:/b", "--buckets", "16"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := server.DefaultConfig()
-	cfg.SQLAddr = "127.0.0.1:7000" // from the environment, say
-	cfg.DataDir = "/env/data"
-	flagCfg := server.DefaultConfig()
-	flagCfg.DataDir, flagCfg.Sources = "/flag/data", []string{"file:/a", "file:/b"}
-	applyChangedFlags(cmd.Flags(), &cfg, flagCfg)
-	if cfg.DataDir != "/flag/data" || cfg.SQLAddr != "127.0.0.1:7000" || len(cfg.Sources) != 2 {
-		t.Fatalf("merged config: %+v", cfg)
+	cfg, err := sf.resolve(cmd.Flags(), func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := server.DefaultConfig()
+	want.DataDir, want.Sources, want.Buckets = "/flag/data", []string{"file:/a", "file:/b"}, 16 // flags
+	want.Replayers, want.DecimalHandling = 3, "string"                                        // environment
+	want.SQLAddr, want.LogFormat = "127.0.0.1:7000", "json"                                    // file
+	if !reflect.DeepEqual(cfg, want) {
+		t.Fatalf("merged config:\n got %+v\nwant %+v", cfg, want)
+	}
+	// A value no setting accepts is refused with the setting named.
+	cmd, sf = serveCommand()
+	cmd.Flags().Parse([]string{"--decimal-handling", "exact"})
+	if _, err := sf.resolve(cmd.Flags(), func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "decimal_handling") {
+		t.Fatalf("bad decimal handling: %v", err)
 	}
 }

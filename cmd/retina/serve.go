@@ -13,9 +13,19 @@ import (
 	"github.com/retinadb/retina/internal/server"
 )
 
+// serveFlags are the serve command's flags, bound to a config.
+type serveFlags struct {
+	configFile string
+	cfg        server.Config
+}
+
 func newServeCommand() *cobra.Command {
-	var configFile string
-	flagCfg := server.DefaultConfig()
+	cmd, _ := serveCommand()
+	return cmd
+}
+
+func serveCommand() (*cobra.Command, *serveFlags) {
+	sf := &serveFlags{cfg: server.DefaultConfig()}
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run every Retina component in one process: sources → sink → replay → SQL endpoint",
@@ -28,17 +38,8 @@ SIGINT or SIGTERM stops it cleanly; a restart on the same --data resumes
 exactly where it stopped.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg := server.DefaultConfig()
-			if configFile != "" {
-				if err := cfg.LoadFile(configFile); err != nil {
-					return err
-				}
-			}
-			if err := cfg.ApplyEnv(os.Getenv); err != nil {
-				return err
-			}
-			applyChangedFlags(cmd.Flags(), &cfg, flagCfg)
-			if err := cfg.Validate(); err != nil {
+			cfg, err := sf.resolve(cmd.Flags(), os.Getenv)
+			if err != nil {
 				return err
 			}
 			log := newLogger(cmd.ErrOrStderr(), cfg.LogFormat)
@@ -53,20 +54,38 @@ exactly where it stopped.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&configFile, "config", "", "YAML configuration file")
-	f.StringVar(&flagCfg.DataDir, "data", flagCfg.DataDir, "data directory (catalog, index, transaction state, default lake)")
-	f.StringVar(&flagCfg.Lake, "lake", "", "lake bucket URL (default file://<data>/lake)")
-	f.StringArrayVar(&flagCfg.Sources, "source", nil, "change source URI, repeatable: file:PATH, file:-, kafka://HOST:PORT?topics=…")
-	f.StringVar(&flagCfg.SourceEOF, "source-eof", flagCfg.SourceEOF, "at the end of a file source: follow (keep reading as it grows) or stop")
-	f.StringVar(&flagCfg.SQLAddr, "sql-addr", flagCfg.SQLAddr, "PostgreSQL wire protocol endpoint")
-	f.StringVar(&flagCfg.HTTPAddr, "http-addr", flagCfg.HTTPAddr, "HTTP endpoint for /metrics and /healthz")
-	f.StringVar(&flagCfg.LogFormat, "log-format", flagCfg.LogFormat, "log format: text or json")
-	f.StringVar(&flagCfg.IndexBackend, "index", flagCfg.IndexBackend, "index backend: memory or pebble")
-	f.IntVar(&flagCfg.Replayers, "replayers", flagCfg.Replayers, "replayers in this process (keep it across restarts)")
-	f.IntVar(&flagCfg.Buckets, "buckets", flagCfg.Buckets, "sink buckets (parallel apply lanes)")
-	f.StringVar(&flagCfg.BadInput, "bad-input", flagCfg.BadInput, "on a message that cannot be applied: fail or dead-letter")
-	f.StringVar(&flagCfg.DeadLetter, "dead-letter", "", "file the dead-letter policy appends to")
-	return cmd
+	c := &sf.cfg
+	f.StringVar(&sf.configFile, "config", "", "YAML configuration file")
+	f.StringVar(&c.DataDir, "data", c.DataDir, "data directory (catalog, index, transaction state, default lake)")
+	f.StringVar(&c.Lake, "lake", "", "lake bucket URL (default file://<data>/lake)")
+	f.StringArrayVar(&c.Sources, "source", nil, "change source URI, repeatable: file:PATH, file:-, kafka://HOST:PORT?topics=…")
+	f.StringVar(&c.SourceEOF, "source-eof", c.SourceEOF, "at the end of a file source: follow (keep reading as it grows) or stop")
+	f.StringVar(&c.SQLAddr, "sql-addr", c.SQLAddr, "PostgreSQL wire protocol endpoint")
+	f.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP endpoint for /metrics and /healthz")
+	f.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
+	f.StringVar(&c.IndexBackend, "index", c.IndexBackend, "index backend: memory or pebble")
+	f.IntVar(&c.Replayers, "replayers", c.Replayers, "replayers in this process (fixed for a data directory)")
+	f.IntVar(&c.Buckets, "buckets", c.Buckets, "sink buckets, parallel apply lanes (fixed for a data directory)")
+	f.StringVar(&c.BadInput, "bad-input", c.BadInput, "on a message or transaction that cannot be applied: fail or dead-letter")
+	f.StringVar(&c.DeadLetter, "dead-letter", "", "file the dead-letter policy appends to")
+	f.StringVar(&c.DecimalHandling, "decimal-handling", c.DecimalHandling, "how schema-less messages encode decimals (Debezium's decimal.handling.mode): precise, string or double")
+	return cmd, sf
+}
+
+// resolve merges, in increasing precedence, the defaults, the config file,
+// the environment and the flags given, and validates the result.
+func (sf *serveFlags) resolve(fs *pflag.FlagSet, getenv func(string) string) (server.Config, error) {
+	cfg := server.DefaultConfig()
+	if sf.configFile != "" {
+		if err := cfg.LoadFile(sf.configFile); err != nil {
+			return cfg, err
+		}
+	}
+	if err := cfg.ApplyEnv(getenv); err != nil {
+		return cfg, err
+	}
+	applyChangedFlags(fs, &cfg, sf.cfg)
+	return cfg, cfg.Validate()
 }
 
 // applyChangedFlags copies the flags given on the command line onto cfg:
@@ -79,6 +98,7 @@ func applyChangedFlags(fs *pflag.FlagSet, cfg *server.Config, from server.Config
 		"log-format": func() { cfg.LogFormat = from.LogFormat }, "index": func() { cfg.IndexBackend = from.IndexBackend },
 		"replayers": func() { cfg.Replayers = from.Replayers }, "buckets": func() { cfg.Buckets = from.Buckets },
 		"bad-input": func() { cfg.BadInput = from.BadInput }, "dead-letter": func() { cfg.DeadLetter = from.DeadLetter },
+		"decimal-handling": func() { cfg.DecimalHandling = from.DecimalHandling },
 	}
 	fs.Visit(func(f *pflag.Flag) {
 		if apply, ok := set[f.Name]; ok {

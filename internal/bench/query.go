@@ -250,7 +250,7 @@ func applyDelta(ctx context.Context, n *server.Node, tb *catalog.Table, files []
 		ops = append(ops, replay.Op{TS: ts, Table: tb.ID, Kind: replay.Insert, Row: transferRow(rng, int64(cfg.Rows+len(ops)))})
 	}
 	for i := 0; i < len(ops); i += 4096 {
-		if err := n.Replayers[0].Apply(ctx, ops[i:min(i+4096, len(ops))]); err != nil {
+		if err := n.Replayers[0].Apply(ctx, replay.Batch{Bucket: 0, Buckets: 1, Ops: ops[i:min(i+4096, len(ops))], Stable: ts}); err != nil {
 			return 0, err
 		}
 	}

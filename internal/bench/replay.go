@@ -268,7 +268,9 @@ func runReplay(ctx context.Context, buckets int, d time.Duration, next func(b in
 				if !ok {
 					return
 				}
-				if err := rp.Apply(ctx, ops); err != nil {
+				// Every earlier batch counts as committed: its undo records go.
+				batch := replay.Batch{Bucket: b, Buckets: buckets, Ops: ops, Stable: ops[0].TS}
+				if err := rp.Apply(ctx, batch); err != nil {
 					errc <- err
 					return
 				}

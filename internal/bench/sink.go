@@ -93,7 +93,7 @@ func Sink(ctx context.Context, r *Report, cfg SinkConfig) error {
 	start := time.Now()
 	for w := range workers {
 		wg.Go(func() {
-			d := cdc.NewDecoder(cat.Snapshot(), quiet)
+			d := cdc.NewDecoder(cat.Snapshot(), quiet, cdc.DecoderOptions{})
 			for i := w; i < cfg.DecodeEvents; i += workers {
 				if _, err := d.Decode(cdc.Message{Pos: cdc.Position{Stream: "bench", Offset: int64(i)}, Value: msgs[i%len(msgs)]}); err != nil {
 					errs[w] = err
@@ -143,7 +143,7 @@ func Sink(ctx context.Context, r *Report, cfg SinkConfig) error {
 		return err
 	}
 	defer src.Close()
-	s, err := sink.New(sink.Config{Source: src, Catalog: cat, Txn: svc, Replayers: []sink.Replayer{rp}, Logger: quiet})
+	s, err := sink.New(sink.Config{Sources: []cdc.Source{src}, Catalog: cat, Txn: svc, Replayers: []sink.Replayer{rp}, Logger: quiet})
 	if err != nil {
 		return err
 	}

@@ -73,7 +73,7 @@ func dec(s string, scale int32) decimal128.Num {
 }
 
 func TestMySQLTransactionsSchemaless(t *testing.T) {
-	d := NewDecoder(tableMap{"customer": customerTable()}, quiet())
+	d := NewDecoder(tableMap{"customer": customerTable()}, quiet(), DecoderOptions{})
 	recs, errs := readAll(t, "testdata/mysql_tx.jsonl", d)
 	if len(errs) > 0 {
 		t.Fatal(errs)
@@ -109,7 +109,7 @@ func TestMySQLTransactionsSchemaless(t *testing.T) {
 func TestPostgresWithSchemasAndKeys(t *testing.T) {
 	// The catalog does not have the table: the first message creates it.
 	tables := tableMap{}
-	d := NewDecoder(tables, quiet())
+	d := NewDecoder(tables, quiet(), DecoderOptions{})
 	src, err := OpenFileSource("testdata/postgres_schema.jsonl", FileOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +186,7 @@ func TestPostgresWithSchemasAndKeys(t *testing.T) {
 }
 
 func TestDecimalAndTimeEncodings(t *testing.T) {
-	d := NewDecoder(tableMap{}, quiet())
+	d := NewDecoder(tableMap{}, quiet(), DecoderOptions{})
 	col := catalog.Column{Name: "x", Type: types.DecimalOf(12, 3)}
 	cases := []struct {
 		json string
@@ -195,7 +195,7 @@ func TestDecimalAndTimeEncodings(t *testing.T) {
 	}{
 		{`"BOI="`, field{logical: ltConnectDecimal, params: map[string]string{"scale": "2"}}, "12.500"},
 		{`{"scale":1,"value":"BOI="}`, field{logical: ltVarDecimal}, "125.000"},
-		{`"12.345"`, field{}, "12.345"},
+		{`"12.345"`, field{typ: "string"}, "12.345"}, // decimal.handling.mode=string, with a schema
 		{`-7.5`, field{}, "-7.500"},
 		{`"/w=="`, field{}, "-0.001"},
 	}
@@ -234,8 +234,61 @@ func TestDecimalAndTimeEncodings(t *testing.T) {
 	}
 }
 
+// TestAmbiguousDecimalStrings: without a schema a string of digits is both a
+// number and base64. The decimal handling mode decides, never a guess:
+// "0000" is the base64 of 0xD34D34 (−2929356 unscaled) in precise mode and
+// the number 0 in string mode; a string that is not the mode's form is an
+// error naming the setting, not a silently different value.
+func TestAmbiguousDecimalStrings(t *testing.T) {
+	col := catalog.Column{Name: "x", Type: types.DecimalOf(12, 3)}
+	for _, c := range []struct {
+		mode       DecimalMode
+		json, want string // want "" expects an error
+		f          field
+	}{
+		{DecimalPrecise, `"0000"`, "-2929.356", field{}},
+		{DecimalString, `"0000"`, "0.000", field{}},
+		{DecimalPrecise, `"1234"`, "-2658.824", field{}}, // 0xD76DF8
+		{DecimalString, `"1234"`, "1234.000", field{}},
+		{DecimalPrecise, `"12.345"`, "", field{}},
+		{DecimalString, `"12.345"`, "12.345", field{}},
+		{DecimalString, `"BOI="`, "", field{}},
+		{DecimalDouble, `"12.345"`, "", field{}},
+		{DecimalDouble, `12.345`, "12.345", field{}},
+		{DecimalString, `12.345`, "12.345", field{}},
+		// A schema overrides the mode either way.
+		{DecimalString, `"0000"`, "-2929.356", field{typ: "bytes", logical: ltConnectDecimal, params: map[string]string{"scale": "3"}}},
+		{DecimalPrecise, `"0000"`, "0.000", field{typ: "string"}},
+	} {
+		d := NewDecoder(tableMap{}, quiet(), DecoderOptions{Decimals: c.mode})
+		v, err := d.vp.Parse(c.json)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := d.convert(v, col, c.f)
+		if c.want == "" {
+			if err == nil {
+				t.Errorf("%s %s: got %v, want an error", c.mode, c.json, got.(decimal128.Num).ToString(3))
+			} else if c.f.typ == "" && c.mode == DecimalPrecise && !strings.Contains(err.Error(), "decimal handling") {
+				t.Errorf("%s %s: the error does not name the setting: %v", c.mode, c.json, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s %s: %v", c.mode, c.json, err)
+			continue
+		}
+		if s := got.(decimal128.Num).ToString(3); s != c.want {
+			t.Errorf("%s %s: %s, want %s", c.mode, c.json, s, c.want)
+		}
+	}
+	if _, err := ParseDecimalMode("exact"); err == nil {
+		t.Error("unknown decimal mode accepted")
+	}
+}
+
 func TestRejectionsNamePositions(t *testing.T) {
-	d := NewDecoder(tableMap{"customer": customerTable()}, quiet())
+	d := NewDecoder(tableMap{"customer": customerTable()}, quiet(), DecoderOptions{})
 	bad := []string{
 		`not json`,
 		`{"op":"c"}`,
@@ -313,7 +366,7 @@ func FuzzDecode(f *testing.F) {
 			Columns:    []catalog.Column{{Name: "id", Type: types.Of(types.Int32)}, {Name: "amount", Type: types.DecimalOf(10, 2), Nullable: true}},
 			PrimaryKey: []string{"id"},
 		}}}
-		d := NewDecoder(tables, quiet())
+		d := NewDecoder(tables, quiet(), DecoderOptions{})
 		pos := Position{Stream: "fuzz", Offset: 7}
 		_, err := d.Decode(Message{Pos: pos, Key: key, Value: value})
 		if err == nil {

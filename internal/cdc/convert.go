@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/big"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
@@ -78,7 +77,7 @@ func (d *Decoder) convert(v *fastjson.Value, c catalog.Column, f field) (any, er
 		}
 		return v.Float64()
 	case types.Decimal:
-		return convertDecimal(v, c.Type, f)
+		return convertDecimal(v, c.Type, f, d.opts.Decimals)
 	case types.String:
 		switch v.Type() {
 		case fastjson.TypeString:
@@ -151,8 +150,9 @@ var errDecimal = errors.New("bad decimal")
 // convertDecimal reads Debezium's decimal encodings: precise (base64 of the
 // big-endian unscaled value, scale in the schema), VariableScaleDecimal
 // ({"scale":s,"value":base64}), string ("12.34") and double (12.34); the
-// result is rescaled to the column's scale.
-func convertDecimal(v *fastjson.Value, t types.Type, f field) (any, error) {
+// result is rescaled to the column's scale. Which one a JSON string is
+// comes from the field's schema, or from mode when the message has none.
+func convertDecimal(v *fastjson.Value, t types.Type, f field, mode DecimalMode) (any, error) {
 	var unscaled *big.Int
 	scale := int32(t.Scale)
 	switch v.Type() {
@@ -164,42 +164,52 @@ func convertDecimal(v *fastjson.Value, t types.Type, f field) (any, error) {
 		unscaled, scale = twosComplement(raw), int32(v.GetInt("scale"))
 	case fastjson.TypeString:
 		s := string(v.GetStringBytes())
-		if f.logical == ltConnectDecimal || !looksNumeric(s) {
-			var buf [32]byte
-			n, err := base64.StdEncoding.Decode(buf[:], []byte(s))
-			if err != nil || base64.StdEncoding.DecodedLen(len(s)) > len(buf) {
-				return nil, fmt.Errorf("%w: %q is neither a number nor base64", errDecimal, s)
-			}
-			raw := buf[:n]
-			if ps, ok := f.params["scale"]; ok {
-				n, err := strconv.Atoi(ps)
-				if err != nil {
-					return nil, fmt.Errorf("%w: scale parameter %q", errDecimal, ps)
-				}
-				scale = int32(n)
-			}
-			if len(raw) <= 8 && scale == int32(t.Scale) { // the common case, without big.Int
-				var v int64
-				if len(raw) > 0 && raw[0]&0x80 != 0 {
-					v = -1
-				}
-				for _, b := range raw {
-					v = v<<8 | int64(b)
-				}
-				num := decimal128.FromI64(v)
-				if !num.FitsInPrecision(int32(t.Precision)) {
-					return nil, fmt.Errorf("%w: more than %d digits", errDecimal, t.Precision)
-				}
-				return num, nil
-			}
-			unscaled = twosComplement(raw)
-		} else {
+		asText := f.typ == "string" || f.typ == "" && mode == DecimalString
+		switch {
+		case f.typ == "" && mode == DecimalDouble:
+			return nil, fmt.Errorf("%w: %q is a string, and decimal handling is double (a JSON number)", errDecimal, s)
+		case asText:
 			num, err := decimal128.FromString(s, int32(t.Precision), int32(t.Scale))
 			if err != nil {
-				return nil, fmt.Errorf("%w: %v", errDecimal, err)
+				return nil, fmt.Errorf("%w: %q: %v", errDecimal, s, err)
+			}
+			if !num.FitsInPrecision(int32(t.Precision)) {
+				return nil, fmt.Errorf("%w: %q has more than %d digits", errDecimal, s, t.Precision)
 			}
 			return num, nil
 		}
+		var buf [32]byte
+		n, err := base64.StdEncoding.Decode(buf[:], []byte(s))
+		if err != nil || base64.StdEncoding.DecodedLen(len(s)) > len(buf) {
+			hint := ""
+			if f.typ == "" {
+				hint = " (if the connector sends decimals as text, set decimal handling to string)"
+			}
+			return nil, fmt.Errorf("%w: %q is not the base64 of an unscaled value%s", errDecimal, s, hint)
+		}
+		raw := buf[:n]
+		if ps, ok := f.params["scale"]; ok {
+			n, err := strconv.Atoi(ps)
+			if err != nil {
+				return nil, fmt.Errorf("%w: scale parameter %q", errDecimal, ps)
+			}
+			scale = int32(n)
+		}
+		if len(raw) <= 8 && scale == int32(t.Scale) { // the common case, without big.Int
+			var v int64
+			if len(raw) > 0 && raw[0]&0x80 != 0 {
+				v = -1
+			}
+			for _, b := range raw {
+				v = v<<8 | int64(b)
+			}
+			num := decimal128.FromI64(v)
+			if !num.FitsInPrecision(int32(t.Precision)) {
+				return nil, fmt.Errorf("%w: more than %d digits", errDecimal, t.Precision)
+			}
+			return num, nil
+		}
+		unscaled = twosComplement(raw)
 	case fastjson.TypeNumber:
 		fv, _ := v.Float64()
 		num, err := decimal128.FromFloat64(fv, int32(t.Precision), int32(t.Scale))
@@ -236,24 +246,6 @@ func convertDecimal(v *fastjson.Value, t types.Type, f field) (any, error) {
 		return nil, fmt.Errorf("%w: more than %d digits", errDecimal, t.Precision)
 	}
 	return num, nil
-}
-
-func looksNumeric(s string) bool {
-	if s == "" {
-		return false
-	}
-	s = strings.TrimPrefix(s, "-")
-	dot := false
-	for i := range len(s) {
-		switch c := s[i]; {
-		case c >= '0' && c <= '9':
-		case c == '.' && !dot:
-			dot = true
-		default:
-			return false
-		}
-	}
-	return s != "" && s != "."
 }
 
 // twosComplement reads a big-endian two's-complement integer.

@@ -37,6 +37,7 @@ type field struct {
 type Decoder struct {
 	tables Tables
 	log    *slog.Logger
+	opts   DecoderOptions
 	vp, kp fastjson.Parser
 	warned map[string]bool
 	cols   map[*catalog.Table]map[string]int // column positions by name
@@ -44,12 +45,50 @@ type Decoder struct {
 	Skipped uint64
 }
 
+// DecimalMode is how schema-less messages encode DECIMAL columns, as
+// Debezium's decimal.handling.mode names it.
+type DecimalMode string
+
+// The decimal modes.
+const (
+	// DecimalPrecise (the default, Debezium's too): the base64 of the
+	// big-endian two's-complement unscaled value, at the column's scale.
+	DecimalPrecise DecimalMode = "precise"
+	// DecimalString: the value as text, "12.34".
+	DecimalString DecimalMode = "string"
+	// DecimalDouble: a JSON number.
+	DecimalDouble DecimalMode = "double"
+)
+
+// ParseDecimalMode reads a mode name; "" is precise.
+func ParseDecimalMode(s string) (DecimalMode, error) {
+	switch m := DecimalMode(s); m {
+	case "":
+		return DecimalPrecise, nil
+	case DecimalPrecise, DecimalString, DecimalDouble:
+		return m, nil
+	}
+	return "", fmt.Errorf("cdc: decimal handling %q: want precise, string or double (Debezium's decimal.handling.mode)", s)
+}
+
+// DecoderOptions tune decoding.
+type DecoderOptions struct {
+	// Decimals is how messages without a Connect schema encode DECIMAL
+	// columns. A string is ambiguous without it: "1234" is both the number
+	// 1234 and the base64 of three bytes. With a schema, the schema decides.
+	// A JSON number is read as a number in every mode.
+	Decimals DecimalMode
+}
+
 // NewDecoder makes a decoder resolving tables through tables.
-func NewDecoder(tables Tables, log *slog.Logger) *Decoder {
+func NewDecoder(tables Tables, log *slog.Logger, opts DecoderOptions) *Decoder {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Decoder{tables: tables, log: log, warned: map[string]bool{}, cols: map[*catalog.Table]map[string]int{}}
+	if opts.Decimals == "" {
+		opts.Decimals = DecimalPrecise
+	}
+	return &Decoder{tables: tables, log: log, opts: opts, warned: map[string]bool{}, cols: map[*catalog.Table]map[string]int{}}
 }
 
 // SetTables replaces the table resolver (after the catalog changed).

@@ -84,6 +84,9 @@ type Record struct {
 	PerTable   map[string]int64
 	// SkipReason says why a Skip record carries nothing.
 	SkipReason string
+	// Raw is the message itself, when the caller keeps it (the sink does
+	// under the dead-letter policy, to write a set-aside transaction whole).
+	Raw *Message
 }
 
 // ErrDecode is wrapped by every decoding rejection.

@@ -95,7 +95,7 @@ func (o *oracle) acceptedMinusLoans() int {
 
 func decodeAll(t *testing.T, o *oracle, data []byte, each func(cdc.Record)) {
 	t.Helper()
-	dec := cdc.NewDecoder(o.cat.Snapshot(), slog.New(slog.DiscardHandler))
+	dec := cdc.NewDecoder(o.cat.Snapshot(), slog.New(slog.DiscardHandler), cdc.DecoderOptions{})
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(nil, 1<<20)
 	for i := int64(0); sc.Scan(); i++ {

@@ -345,7 +345,7 @@ func (k MutKind) String() string {
 
 // ErrConflict is wrapped by a Mutation's Err when the key's state forbids
 // it: an insert of a live key, a delete or replace of a key with no row.
-var ErrConflict = errors.New("index: key state conflicts with the mutation")
+var ErrConflict = errors.New("index: key conflict")
 
 // Mutation is a checked write of a unique key: the replayer's unit of work,
 // done with one lookup instead of a separate Lookup and Put.
@@ -400,9 +400,9 @@ func (m *Mutation) check(old uint64, live bool) (version, bool) {
 	}
 	switch {
 	case m.Kind == Insert && live:
-		m.Err = fmt.Errorf("%w: insert of key %x at ts %d: live as row %d", ErrConflict, m.Key.enc, m.TS, old)
+		m.Err = fmt.Errorf("%w: insert of a key that has a live row", ErrConflict)
 	case (m.Kind == Delete || m.Kind == Replace) && !live:
-		m.Err = fmt.Errorf("%w: %s of key %x at ts %d: no live row", ErrConflict, m.Kind, m.Key.enc, m.TS)
+		m.Err = fmt.Errorf("%w: %s of a key that has no live row", ErrConflict, m.Kind)
 	default:
 		m.Err = nil
 		if m.Kind == Delete {

@@ -10,106 +10,169 @@ import (
 	"github.com/retinadb/retina/internal/types"
 )
 
-// step is one operation on its way through Apply.
-type step struct {
-	op      *Op
-	st      *tableState
-	oldKey  index.Key // delete, update
-	newKey  index.Key // insert, update
-	moved   bool      // update that changes the primary key
-	newRow  uint64    // row id of the appended version
-	hasNew  bool
-	muts    [2]int // positions in the mutation list, -1 when unused
-	oldRows [2]uint64
-	err     error
+// Batch is one Apply call: operations of one bucket, in timestamp order.
+type Batch struct {
+	// Bucket is the bucket the operations belong to, of Buckets in all; a
+	// truncate deletes the rows of its table whose keys hash to Bucket.
+	Bucket, Buckets int
+	Ops             []Op
+	// Stable says every mirror transaction below it has committed: the
+	// bucket's undo records below it are dropped.
+	Stable uint64
 }
 
-// Apply applies the operations of one or more mirror transactions, strictly
-// in the order given (one bucket's operations in timestamp order; an insert
-// then a delete of one key in one transaction leaves no row). It returns
-// once they are applied in memory, visible to snapshots ≥ their timestamps
-// when those commit. In the default policy the first bad operation fails the
-// call; with Tolerate it is logged, counted and skipped.
-func (r *Replayer) Apply(ctx context.Context, ops []Op) error {
-	steps := make([]step, len(ops))
-	for i := range ops {
-		s := &steps[i]
-		s.op, s.muts = &ops[i], [2]int{-1, -1}
-		s.err = r.prepare(s)
-		if s.err != nil {
-			if err := r.reject(s); err != nil {
+// step is one operation on its way through Apply.
+type step struct {
+	op       *Op
+	st       *tableState
+	oldKey   index.Key // delete, update
+	newKey   index.Key // insert, update, upsert
+	moved    bool      // update that changes the primary key
+	newRow   uint64    // row id of the appended version
+	hasNew   bool
+	replaced bool   // upsert that found a live row
+	muts     [2]int // positions in the mutation list, -1 when unused
+	oldRows  [2]uint64
+}
+
+// Apply applies the operations of one bucket strictly in the order given
+// (an insert then a delete of one key in one transaction leaves no row).
+// On success they are applied in memory, visible to snapshots ≥ their
+// timestamps once those commit.
+//
+// When an operation cannot be applied (a bad row, a key state that forbids
+// it), Apply returns an *OpError naming the smallest timestamp that failed:
+// every operation below that timestamp is applied; what operations at or
+// above it wrote stays until Rollback(bucket, that timestamp) undoes it.
+// Any other error is a failure of the replayer itself (index, buffer): then
+// everything from the batch's first timestamp on must be rolled back. In
+// both cases no further Apply of the bucket may come before the Rollback.
+func (r *Replayer) Apply(ctx context.Context, b Batch) error {
+	u := r.undoLog(b.Bucket)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.forget(b.Stable)
+	ops := b.Ops
+	for start := 0; start < len(ops); {
+		end := start
+		for end < len(ops) && ops[end].Kind != Truncate {
+			end++
+		}
+		if end > start {
+			if err := r.applyRun(ctx, u, ops[start:end]); err != nil {
 				return err
 			}
 		}
+		if end < len(ops) { // a truncate sees everything before it applied
+			if err := r.truncate(ctx, u, b, &ops[end]); err != nil {
+				return err
+			}
+			end++
+		}
+		start = end
 	}
-	if err := r.appendRows(ctx, steps); err != nil {
+	return nil
+}
+
+// applyRun applies operations without truncates, phase by phase: resolve
+// keys, append new versions, check and write the primary index, then delete
+// replaced versions and write secondary indexes.
+func (r *Replayer) applyRun(ctx context.Context, u *undoLog, ops []Op) error {
+	steps := make([]step, len(ops))
+	limit := len(ops) // steps[:limit] are still being applied
+	var failure *OpError
+	fail := func(i int, err error) {
+		// Operations come in timestamp order: none from step i on is
+		// applied further, and the earliest failure is the one reported.
+		limit = min(limit, i)
+		if failure == nil || steps[i].op.TS < failure.TS {
+			failure = r.opError(&steps[i], err)
+		}
+	}
+	for i := range ops {
+		s := &steps[i]
+		s.op, s.muts = &ops[i], [2]int{-1, -1}
+		if err := r.prepare(s); err != nil {
+			fail(i, err)
+			break
+		}
+	}
+	bad, badErr, err := r.appendRows(ctx, u, steps[:limit])
+	if err != nil {
 		return err
 	}
-	muts := r.mutations(steps)
+	if bad >= 0 {
+		fail(bad, badErr)
+	}
+	muts := r.mutations(steps[:limit])
 	if _, err := r.cfg.Index.Mutate(ctx, muts); err != nil {
 		return fmt.Errorf("replay: index: %w", err)
 	}
-	var sec index.Batch
-	for i := range steps {
+	conflict := -1
+	for i := range steps[:limit] {
 		s := &steps[i]
-		if s.err != nil {
-			continue
-		}
 		for j, m := range s.muts {
 			if m < 0 {
 				continue
 			}
-			if err := muts[m].Err; err != nil {
-				s.err = err
-				break
+			mu := &muts[m]
+			if mu.Err != nil {
+				if conflict < 0 {
+					conflict = i
+					fail(i, mu.Err)
+				}
+				continue
 			}
-			s.oldRows[j] = muts[m].Old
+			// Every version written is undoable, also past the failure.
+			u.add(undoRecord{kind: undoIndex, ts: mu.TS, key: mu.Key, row: mu.RowID})
+			s.oldRows[j] = mu.Old
+			if s.op.Kind == Upsert {
+				s.replaced = mu.Live
+			}
 		}
-		if s.err == nil {
-			s.err = r.finish(s, &sec)
-		}
-		if s.err != nil {
-			if s.hasNew { // never let the orphaned new version become visible
-				r.retire(s.newRow, s.op.TS)
-			}
-			if err := r.reject(s); err != nil {
-				return err
-			}
-			continue
+	}
+	var sec index.Batch
+	var secWritten []index.Written
+	for i := range steps[:limit] {
+		s := &steps[i]
+		if err := r.finish(u, s, &sec, &secWritten); err != nil {
+			fail(i, err)
+			break
 		}
 		switch s.op.Kind {
 		case Insert:
 			r.inserts.Add(1)
 		case Delete:
 			r.deletes.Add(1)
-		case Update:
+		case Update, Upsert:
 			r.updates.Add(1)
 		}
 	}
 	if sec.Len() > 0 {
+		for _, w := range secWritten {
+			u.add(undoRecord{kind: undoIndex, ts: w.TS, key: w.Key, row: w.RowID})
+		}
 		if err := r.cfg.Index.Apply(ctx, &sec); err != nil {
 			return fmt.Errorf("replay: secondary indexes: %w", err)
 		}
 	}
+	if failure != nil {
+		return failure
+	}
 	return nil
 }
 
-// reject applies the bad-operation policy to a failed step.
-func (r *Replayer) reject(s *step) error {
+// opError describes a failed step.
+func (r *Replayer) opError(s *step, err error) *OpError {
 	name := fmt.Sprint(s.op.Table)
 	if s.st != nil {
 		name = s.st.table.Name
 	}
-	err := &OpError{Table: name, Kind: s.op.Kind, TS: s.op.TS, Key: s.op.Key, Err: s.err}
-	if err.Key == nil && s.st != nil && s.op.Row != nil && len(s.op.Row) == len(s.st.cols) {
-		err.Key = pick(s.op.Row, s.st.keys)
+	oe := &OpError{Table: name, Kind: s.op.Kind, TS: s.op.TS, Key: s.op.Key, Err: err}
+	if oe.Key == nil && s.st != nil && s.op.Row != nil && len(s.op.Row) == len(s.st.cols) {
+		oe.Key = pick(s.op.Row, s.st.keys)
 	}
-	if !r.cfg.Tolerate {
-		return err
-	}
-	r.tolerated.Add(1)
-	r.log.Warn("skipping a bad operation (tolerate mode)", "err", err)
-	return nil
+	return oe
 }
 
 func pick(row []any, cols []int) []any {
@@ -150,11 +213,11 @@ func (r *Replayer) prepare(s *step) error {
 		}
 		return index.Key{}, fmt.Errorf("%s without a key or before image", op.Kind)
 	}
-	if len(st.sec) > 0 && op.Kind != Insert && (op.Before == nil || len(op.Before) != len(st.cols)) {
+	if len(st.sec) > 0 && (op.Kind == Delete || op.Kind == Update) && (op.Before == nil || len(op.Before) != len(st.cols)) {
 		return fmt.Errorf("table %s has secondary indexes: %s needs the full before image", st.table.Name, op.Kind)
 	}
 	switch op.Kind {
-	case Insert:
+	case Insert, Upsert:
 		if err := needRow(); err != nil {
 			return err
 		}
@@ -176,12 +239,17 @@ func (r *Replayer) prepare(s *step) error {
 	return err
 }
 
+// appends reports whether a step writes a new version.
+func (s *step) appends() bool { return s.op.Kind != Delete }
+
 // appendRows writes the new versions, grouping consecutive operations of one
-// table and timestamp into one append.
-func (r *Replayer) appendRows(ctx context.Context, steps []step) error {
+// table and timestamp into one append. A bad row (wrong type, NULL in a NOT
+// NULL column) stops it: bad is that step and badErr why, and the steps
+// before it are appended. err is a failure of the buffer itself.
+func (r *Replayer) appendRows(ctx context.Context, u *undoLog, steps []step) (bad int, badErr, err error) {
 	for i := 0; i < len(steps); {
 		s := &steps[i]
-		if s.err != nil || s.op.Kind == Delete {
+		if !s.appends() {
 			i++
 			continue
 		}
@@ -189,8 +257,8 @@ func (r *Replayer) appendRows(ctx context.Context, steps []step) error {
 		var rows [][]any
 		for ; j < len(steps); j++ {
 			t := &steps[j]
-			if t.err != nil || t.op.Kind == Delete {
-				continue // skipped: does not end the group
+			if !t.appends() {
+				continue // does not end the group
 			}
 			if t.st != s.st || t.op.TS != s.op.TS {
 				break
@@ -199,53 +267,48 @@ func (r *Replayer) appendRows(ctx context.Context, steps []step) error {
 		}
 		runs, err := s.st.buf.Append(ctx, s.op.TS, rows)
 		if err != nil {
-			if isRowError(err) {
-				// One row of the group is bad: retry row by row to find it.
-				for k := i; k < j; k++ {
-					if t := &steps[k]; t.err == nil && t.op.Kind != Delete {
-						if err := r.appendOne(ctx, t); err != nil {
-							return err
-						}
-					}
-				}
-				i = j
-				continue
+			if !isRowError(err) {
+				return -1, nil, fmt.Errorf("replay: append to %s: %w", s.st.table.Name, err)
 			}
-			return fmt.Errorf("replay: append to %s: %w", s.st.table.Name, err)
+			// One row of the group is bad: append row by row up to it.
+			for k := i; k < j; k++ {
+				t := &steps[k]
+				if !t.appends() {
+					continue
+				}
+				runs, err := t.st.buf.Append(ctx, t.op.TS, [][]any{t.op.Row})
+				if err != nil {
+					if isRowError(err) {
+						return k, err, nil
+					}
+					return -1, nil, fmt.Errorf("replay: append to %s: %w", t.st.table.Name, err)
+				}
+				r.appended(u, t, RowID(runs[0].File.ID(), runs[0].First))
+			}
+			return -1, nil, fmt.Errorf("replay: append to %s failed for the group but not for any of its rows: %w", s.st.table.Name, err)
 		}
 		k := i
 		for _, run := range runs {
 			for o := range run.N {
-				for steps[k].err != nil || steps[k].op.Kind == Delete {
+				for !steps[k].appends() {
 					k++
 				}
-				steps[k].newRow = RowID(run.File.ID(), run.First+uint32(o))
-				steps[k].hasNew = true
+				r.appended(u, &steps[k], RowID(run.File.ID(), run.First+uint32(o)))
 				k++
 			}
 		}
 		i = j
 	}
-	return nil
+	return -1, nil, nil
 }
 
-// isRowError tells a bad row (wrong type, NULL in a NOT NULL column) from a
-// failure of the buffer itself.
+func (r *Replayer) appended(u *undoLog, s *step, row uint64) {
+	s.newRow, s.hasNew = row, true
+	u.add(undoRecord{kind: undoAppend, ts: s.op.TS, row: row})
+}
+
+// isRowError tells a bad row from a failure of the buffer itself.
 func isRowError(err error) bool { return errors.Is(err, types.ErrTypeMismatch) }
-
-// appendOne appends a single row, turning a bad row into a step error.
-func (r *Replayer) appendOne(ctx context.Context, s *step) error {
-	runs, err := s.st.buf.Append(ctx, s.op.TS, [][]any{s.op.Row})
-	if err != nil {
-		if isRowError(err) {
-			s.err = err
-			return r.reject(s)
-		}
-		return fmt.Errorf("replay: append to %s: %w", s.st.table.Name, err)
-	}
-	s.newRow, s.hasNew = RowID(runs[0].File.ID(), runs[0].First), true
-	return nil
-}
 
 // mutations lists the primary-index changes in operation order.
 func (r *Replayer) mutations(steps []step) []index.Mutation {
@@ -256,13 +319,12 @@ func (r *Replayer) mutations(steps []step) []index.Mutation {
 	}
 	for i := range steps {
 		s := &steps[i]
-		if s.err != nil {
-			continue
-		}
 		ts := s.op.TS
 		switch {
 		case s.op.Kind == Insert:
 			add(s, 0, index.Mutation{Key: s.newKey, TS: ts, Kind: index.Insert, RowID: s.newRow})
+		case s.op.Kind == Upsert:
+			add(s, 0, index.Mutation{Key: s.newKey, TS: ts, Kind: index.Upsert, RowID: s.newRow})
 		case s.op.Kind == Delete:
 			add(s, 0, index.Mutation{Key: s.oldKey, TS: ts, Kind: index.Delete})
 		case s.moved:
@@ -276,15 +338,21 @@ func (r *Replayer) mutations(steps []step) []index.Mutation {
 }
 
 // finish marks the replaced version deleted and queues secondary-index
-// changes for one applied operation.
-func (r *Replayer) finish(s *step, sec *index.Batch) error {
+// changes for one operation whose primary-index change is written.
+func (r *Replayer) finish(u *undoLog, s *step, sec *index.Batch, written *[]index.Written) error {
 	ts := s.op.TS
-	// Deletes and updates (moving the key or not) replaced the row in slot 0.
-	old, hasOld := s.oldRows[0], s.op.Kind != Insert
+	// Deletes, updates (moving the key or not) and upserts of a live key
+	// replaced the row in slot 0.
+	old := s.oldRows[0]
+	hasOld := s.op.Kind == Delete || s.op.Kind == Update || s.replaced
+	if s.replaced && len(s.st.sec) > 0 {
+		return fmt.Errorf("table %s has secondary indexes: a snapshot read of a key that already exists needs the old row's before image", s.st.table.Name)
+	}
 	if hasOld {
 		if err := r.deleteVersion(old, ts); err != nil {
 			return err
 		}
+		u.add(undoRecord{kind: undoDelete, ts: ts, row: old})
 	}
 	for _, ix := range s.st.sec {
 		if hasOld {
@@ -293,6 +361,7 @@ func (r *Replayer) finish(s *step, sec *index.Batch) error {
 				return err
 			}
 			sec.Tombstone(k, ts, old)
+			*written = append(*written, index.Written{Key: k, RowID: old, TS: ts})
 		}
 		if s.hasNew {
 			k, err := r.cfg.Index.Key(ix.def.ID, pick(s.op.Row, ix.cols)...)
@@ -300,28 +369,93 @@ func (r *Replayer) finish(s *step, sec *index.Batch) error {
 				return err
 			}
 			sec.Put(k, ts, s.newRow)
+			*written = append(*written, index.Written{Key: k, RowID: s.newRow, TS: ts})
 		}
 	}
 	return nil
 }
 
+// truncate deletes every row of the table whose key belongs to the batch's
+// bucket and is live at the operation's timestamp, earlier operations of the
+// same transaction included.
+func (r *Replayer) truncate(ctx context.Context, u *undoLog, b Batch, op *Op) error {
+	s := &step{op: op}
+	st, err := r.table(op.Table)
+	if err != nil {
+		return r.opError(s, err)
+	}
+	s.st = st
+	if b.Buckets <= 0 || b.Bucket < 0 || b.Bucket >= b.Buckets {
+		return r.opError(s, fmt.Errorf("truncate of bucket %d of %d", b.Bucket, b.Buckets))
+	}
+	var muts []index.Mutation
+	err = r.cfg.Index.Each(ctx, st.table.PrimaryIndexID, op.TS, func(k index.Key, _ uint64) error {
+		if BucketOf(k.Bytes(), b.Buckets) == b.Bucket {
+			muts = append(muts, index.Mutation{Key: k, TS: op.TS, Kind: index.Delete})
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("replay: truncate %s: list keys: %w", st.table.Name, err)
+	}
+	if _, err := r.cfg.Index.Mutate(ctx, muts); err != nil {
+		return fmt.Errorf("replay: truncate %s: index: %w", st.table.Name, err)
+	}
+	deleted := make(map[uint64]struct{}, len(muts))
+	var failed error
+	for i := range muts {
+		m := &muts[i]
+		if m.Err != nil { // nothing else writes this bucket's keys meanwhile
+			failed = cmpOr(failed, m.Err)
+			continue
+		}
+		u.add(undoRecord{kind: undoIndex, ts: m.TS, key: m.Key})
+		deleted[m.Old] = struct{}{}
+	}
+	if failed != nil {
+		return r.opError(s, failed)
+	}
+	for row := range deleted {
+		if err := r.deleteVersion(row, op.TS); err != nil {
+			return r.opError(s, err)
+		}
+		u.add(undoRecord{kind: undoDelete, ts: op.TS, row: row})
+		r.deletes.Add(1)
+	}
+	if len(deleted) == 0 || len(st.sec) == 0 {
+		return nil
+	}
+	var sec index.Batch
+	for _, ix := range st.sec {
+		err := r.cfg.Index.Each(ctx, ix.def.ID, op.TS, func(k index.Key, row uint64) error {
+			if _, ok := deleted[row]; ok {
+				sec.Tombstone(k, op.TS, row)
+				u.add(undoRecord{kind: undoIndex, ts: op.TS, key: k, row: row})
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("replay: truncate %s: list index %s: %w", st.table.Name, ix.def.Name, err)
+		}
+	}
+	if err := r.cfg.Index.Apply(ctx, &sec); err != nil {
+		return fmt.Errorf("replay: truncate %s: secondary indexes: %w", st.table.Name, err)
+	}
+	return nil
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
 // deleteVersion gives a row version its delete timestamp.
 func (r *Replayer) deleteVersion(rowID, ts uint64) error {
-	loc, err := r.cfg.Index.Locate(context.Background(), rowID)
+	vis, off, err := r.rowVisibility(rowID)
 	if err != nil {
 		return err
 	}
-	vis, ok := r.FileVisibility(loc.FileID)
-	if !ok {
-		return fmt.Errorf("replay: file %d (row %d) is not owned by replayer %d", loc.FileID, rowID, r.cfg.ID)
-	}
-	return vis.Delete(loc.Offset, ts)
-}
-
-// retire deletes a just-appended version at its own timestamp, so it is
-// never visible (used when its operation is rejected after the append).
-func (r *Replayer) retire(rowID, ts uint64) {
-	if err := r.deleteVersion(rowID, ts); err != nil {
-		r.log.Error("could not hide the version of a rejected operation", "row", rowID, "ts", ts, "err", err)
-	}
+	return vis.Delete(off, ts)
 }

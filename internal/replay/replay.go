@@ -27,11 +27,19 @@ import (
 // OpKind is what an operation does.
 type OpKind uint8
 
-// Operation kinds, as CDC reports them.
+// Operation kinds.
 const (
+	// Insert adds a row; its key must not be live.
 	Insert OpKind = iota + 1
+	// Delete removes the row of Key; it must be live.
 	Delete
+	// Update replaces the row of Key (or of Row's key) with Row; the old
+	// key must be live.
 	Update
+	// Upsert puts Row whether its key is live or not (a snapshot read).
+	Upsert
+	// Truncate deletes every live row of the table in the batch's bucket.
+	Truncate
 )
 
 func (k OpKind) String() string {
@@ -42,6 +50,10 @@ func (k OpKind) String() string {
 		return "delete"
 	case Update:
 		return "update"
+	case Upsert:
+		return "upsert"
+	case Truncate:
+		return "truncate"
 	}
 	return fmt.Sprintf("op(%d)", uint8(k))
 }
@@ -74,8 +86,13 @@ type OpError struct {
 	Err   error
 }
 
+// Error names the operation by what the source knows of it (not by its
+// timestamp, which a restart changes).
 func (e *OpError) Error() string {
-	return fmt.Sprintf("replay: %s on table %s key %v at ts %d: %v", e.Kind, e.Table, e.Key, e.TS, e.Err)
+	if e.Kind == Truncate {
+		return fmt.Sprintf("replay: truncate of table %s: %v", e.Table, e.Err)
+	}
+	return fmt.Sprintf("replay: %s on table %s key %v: %v", e.Kind, e.Table, e.Key, e.Err)
 }
 
 func (e *OpError) Unwrap() []error { return []error{ErrOp, e.Err} }
@@ -94,19 +111,17 @@ type Config struct {
 	Lake    writebuffer.Lake
 	// Write-buffer shape for every table (see writebuffer.Config).
 	BlockRows, FileBlocks, FlushWorkers int
-	// Tolerate logs, counts and skips bad operations instead of failing the
-	// batch (the default stops the pipeline: nothing is dropped silently).
-	Tolerate bool
-	Logger   *slog.Logger
+	Logger                              *slog.Logger
 }
 
 // Stats count what the replayer did.
 type Stats struct {
-	Inserts, Deletes, Updates, Tolerated uint64
+	Inserts, Deletes, Updates uint64
 }
 
-// Replayer owns a set of buckets: Apply calls for different buckets may run
-// concurrently; calls for one bucket must come in timestamp order.
+// Replayer owns a set of buckets: Apply and Rollback calls for different
+// buckets may run concurrently; calls for one bucket come one at a time, in
+// timestamp order.
 type Replayer struct {
 	cfg Config
 	log *slog.Logger
@@ -117,7 +132,10 @@ type Replayer struct {
 	filesMu sync.RWMutex
 	files   map[uint64]*visibility.RowGroup // visibility of files this replayer owns
 
-	inserts, deletes, updates, tolerated atomic.Uint64
+	undoMu sync.Mutex
+	undo   map[int]*undoLog // per bucket
+
+	inserts, deletes, updates atomic.Uint64
 }
 
 type secondary struct {
@@ -146,6 +164,7 @@ func New(cfg Config) (*Replayer, error) {
 		log:    cfg.Logger.With("replayer", cfg.ID),
 		tables: map[uint32]*tableState{},
 		files:  map[uint64]*visibility.RowGroup{},
+		undo:   map[int]*undoLog{},
 	}, nil
 }
 
@@ -260,7 +279,7 @@ func (r *Replayer) Buffer(table uint32) (*writebuffer.Buffer, error) {
 
 // Stats returns the counters.
 func (r *Replayer) Stats() Stats {
-	return Stats{Inserts: r.inserts.Load(), Deletes: r.deletes.Load(), Updates: r.updates.Load(), Tolerated: r.tolerated.Load()}
+	return Stats{Inserts: r.inserts.Load(), Deletes: r.deletes.Load(), Updates: r.updates.Load()}
 }
 
 // Collect runs memory GC on every file's visibility below lwm.

@@ -37,7 +37,7 @@ type env struct {
 
 // newEnv wires a replayer over a real catalog, index and in-memory lake with
 // tiny blocks and files, so flushes and combinations happen all the time.
-func newEnv(t testing.TB, backend string, tolerate bool, blockRows, fileBlocks int) *env {
+func newEnv(t testing.TB, backend string, blockRows, fileBlocks int) *env {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -68,7 +68,7 @@ func newEnv(t testing.TB, backend string, tolerate bool, blockRows, fileBlocks i
 		t.Fatal(err)
 	}
 	rp, err := replay.New(replay.Config{ID: 1, Catalog: cat, Index: idx, Lake: store,
-		BlockRows: blockRows, FileBlocks: fileBlocks, FlushWorkers: 2, Tolerate: tolerate, Logger: quiet()})
+		BlockRows: blockRows, FileBlocks: fileBlocks, FlushWorkers: 2, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,64 +116,85 @@ func values(id int64, r row) []any {
 	return []any{id, r.bucket, r.balance, r.note}
 }
 
-// TestModelBased applies random transactions (inserts, updates with and
-// without key changes, deletes, one key touched several times in one
-// transaction) to the replayer and to a map, and compares the visible rows
-// at random snapshots while flush and combination run.
+// one applies a batch of one bucket (of one).
+func (e *env) apply(ctx context.Context, stable uint64, ops ...replay.Op) error {
+	return e.rp.Apply(ctx, replay.Batch{Bucket: 0, Buckets: 1, Ops: ops, Stable: stable})
+}
+
+// TestModelBased applies random transactions (inserts, upserts, updates
+// with and without key changes, deletes, truncates, one key touched several
+// times in one transaction) in batches of several transactions to the
+// replayer and to a map, and compares the visible rows at random snapshots
+// while flush and combination run. Some transactions carry a bad operation
+// somewhere among good ones: Apply must report that transaction's timestamp
+// with everything before it applied, and Rollback must leave no trace of it
+// or of the transactions after it in the batch, at any snapshot.
 func TestModelBased(t *testing.T) {
 	for _, backend := range []string{"memory", "pebble"} {
 		t.Run(backend, func(t *testing.T) {
-			e := newEnv(t, backend, false, 16, 4)
+			e := newEnv(t, backend, 16, 4)
 			rng := rand.New(rand.NewPCG(42, 7))
 			state := map[int64]row{}
 			history := []map[int64]row{{}} // state after ts (index = ts)
 			nextID := int64(1)
 			lwm := uint64(0) // snapshots below it were collected
 			ctx := context.Background()
-			for ts := uint64(1); ts <= 400; ts++ {
+			rollbacks := 0
+			for ts := uint64(1); ts <= 600; {
+				first := ts
 				var ops []replay.Op
-				for range 1 + rng.IntN(6) {
-					keys := slices.Sorted(maps.Keys(state))
-					switch k := rng.IntN(10); {
-					case k < 4 || len(keys) == 0:
-						id := nextID
-						nextID++
-						r := row{int64(id % 4), rng.Int64N(1000), []any{nil, "n"}[rng.IntN(2)]}
-						state[id] = r
-						ops = append(ops, replay.Op{TS: ts, Table: e.table.ID, Kind: replay.Insert, Row: values(id, r)})
-					case k < 7:
-						id := keys[rng.IntN(len(keys))]
-						r := state[id]
-						r.balance = rng.Int64N(1000)
-						state[id] = r
-						ops = append(ops, replay.Op{TS: ts, Table: e.table.ID, Kind: replay.Update, Row: values(id, r)})
-					case k < 8: // primary-key change
-						id := keys[rng.IntN(len(keys))]
-						r := state[id]
-						delete(state, id)
-						nid := nextID
-						nextID++
-						state[nid] = r
-						ops = append(ops, replay.Op{TS: ts, Table: e.table.ID, Kind: replay.Update, Key: []any{id}, Row: values(nid, r)})
-					default:
-						id := keys[rng.IntN(len(keys))]
-						delete(state, id)
-						ops = append(ops, replay.Op{TS: ts, Table: e.table.ID, Kind: replay.Delete, Key: []any{id}})
+				work := maps.Clone(state)
+				states := []map[int64]row{} // after each transaction of the batch
+				badTS := uint64(0)
+				for range 1 + rng.IntN(3) {
+					n := 1 + rng.IntN(6)
+					bad := -1
+					if badTS == 0 && rng.IntN(6) == 0 {
+						bad = rng.IntN(n)
+						badTS = ts
 					}
+					for i := range n {
+						if i == bad {
+							ops = append(ops, badOp(rng, e.table.ID, ts, work))
+						}
+						ops = append(ops, randomOp(rng, e.table.ID, ts, work, &nextID))
+					}
+					states = append(states, maps.Clone(work))
+					ts++
 				}
-				if err := e.rp.Apply(ctx, ops); err != nil {
-					t.Fatalf("ts %d: %v", ts, err)
+				err := e.apply(ctx, first, ops...)
+				if badTS == 0 {
+					if err != nil {
+						t.Fatalf("ts %d..%d: %v", first, ts-1, err)
+					}
+				} else {
+					var oe *replay.OpError
+					if !errors.As(err, &oe) || oe.TS != badTS {
+						t.Fatalf("batch %d..%d with a bad transaction at %d: got %v", first, ts-1, badTS, err)
+					}
+					if got, want := e.read(t, badTS-1), states[max(int(badTS-first)-1, 0)]; badTS > first && !maps.Equal(got, want) {
+						t.Fatalf("before rollback, snapshot %d: transactions below the failure are not all applied", badTS-1)
+					}
+					if err := e.rp.Rollback(ctx, 0, badTS); err != nil {
+						t.Fatal(err)
+					}
+					rollbacks++
 				}
-				history = append(history, maps.Clone(state))
-				if ts%37 == 0 {
+				for at := first; at < ts; at++ {
+					if badTS == 0 || at < badTS {
+						state = states[at-first]
+					}
+					history = append(history, maps.Clone(state))
+				}
+				if rng.IntN(8) == 0 {
 					for range 3 {
-						s := lwm + uint64(rng.IntN(int(ts-lwm)+1))
+						s := lwm + uint64(rng.IntN(int(ts-1-lwm)+1))
 						if got, want := e.read(t, s), history[s]; !maps.Equal(got, want) {
-							t.Fatalf("after ts %d, snapshot %d: %d rows, want %d\n got %v\nwant %v", ts, s, len(got), len(want), got, want)
+							t.Fatalf("after ts %d, snapshot %d: %d rows, want %d\n got %v\nwant %v", ts-1, s, len(got), len(want), got, want)
 						}
 					}
 				}
-				if ts%100 == 0 {
+				if ts > 100 && rng.IntN(20) == 0 {
 					lwm = ts - 50
 					e.rp.Collect(lwm)
 				}
@@ -181,24 +202,87 @@ func TestModelBased(t *testing.T) {
 			if err := e.rp.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
-			for _, s := range []uint64{350, 399, 400} {
+			last := uint64(len(history) - 1)
+			for s := lwm; s <= last; s++ {
 				if got := e.read(t, s); !maps.Equal(got, history[s]) {
 					t.Fatalf("after flush, snapshot %d differs", s)
 				}
 			}
 			buf, _ := e.rp.Buffer(e.table.ID)
-			if st := buf.Stats(); st.Combined == 0 || st.Flushed == 0 {
-				t.Fatalf("no flush or combination happened: %+v", st)
+			if st := buf.Stats(); st.Combined == 0 || st.Flushed == 0 || rollbacks == 0 {
+				t.Fatalf("no flush, combination or rollback happened: %+v, %d rollbacks", st, rollbacks)
 			}
+			t.Logf("%d transactions, %d rollbacks", last, rollbacks)
 		})
 	}
 }
 
-// TestInsertThenDeleteInOneTransaction leaves no row, and a second insert of
-// a live key or a delete of a missing key is a typed error naming them.
+// randomOp makes one good operation against work and applies it there.
+func randomOp(rng *rand.Rand, table uint32, ts uint64, work map[int64]row, nextID *int64) replay.Op {
+	keys := slices.Sorted(maps.Keys(work))
+	newRow := func() row { return row{int64(rng.IntN(4)), rng.Int64N(1000), []any{nil, "n"}[rng.IntN(2)]} }
+	switch k := rng.IntN(40); {
+	case k < 14 || len(keys) == 0:
+		id := *nextID
+		*nextID++
+		r := newRow()
+		work[id] = r
+		return replay.Op{TS: ts, Table: table, Kind: replay.Insert, Row: values(id, r)}
+	case k < 17: // a snapshot read: a key that exists or not
+		id := keys[rng.IntN(len(keys))]
+		if rng.IntN(2) == 0 {
+			id = *nextID
+			*nextID++
+		}
+		r := newRow()
+		work[id] = r
+		return replay.Op{TS: ts, Table: table, Kind: replay.Upsert, Row: values(id, r)}
+	case k < 27:
+		id := keys[rng.IntN(len(keys))]
+		r := work[id]
+		r.balance = rng.Int64N(1000)
+		work[id] = r
+		return replay.Op{TS: ts, Table: table, Kind: replay.Update, Row: values(id, r)}
+	case k < 31: // primary-key change
+		id := keys[rng.IntN(len(keys))]
+		r := work[id]
+		delete(work, id)
+		nid := *nextID
+		*nextID++
+		work[nid] = r
+		return replay.Op{TS: ts, Table: table, Kind: replay.Update, Key: []any{id}, Row: values(nid, r)}
+	case k < 39:
+		id := keys[rng.IntN(len(keys))]
+		delete(work, id)
+		return replay.Op{TS: ts, Table: table, Kind: replay.Delete, Key: []any{id}}
+	default:
+		clear(work)
+		return replay.Op{TS: ts, Table: table, Kind: replay.Truncate}
+	}
+}
+
+// badOp makes an operation that cannot be applied to work.
+func badOp(rng *rand.Rand, table uint32, ts uint64, work map[int64]row) replay.Op {
+	keys := slices.Sorted(maps.Keys(work))
+	switch k := rng.IntN(4); {
+	case k == 0 && len(keys) > 0: // insert of a live key
+		id := keys[rng.IntN(len(keys))]
+		return replay.Op{TS: ts, Table: table, Kind: replay.Insert, Row: values(id, row{0, 1, nil})}
+	case k == 1: // update of a key that does not exist
+		return replay.Op{TS: ts, Table: table, Kind: replay.Update, Row: values(-1, row{0, 1, nil})}
+	case k == 2: // a value of the wrong type
+		return replay.Op{TS: ts, Table: table, Kind: replay.Insert, Row: []any{int64(-2), "not a number", int64(1), nil}}
+	}
+	return replay.Op{TS: ts, Table: table, Kind: replay.Delete, Key: []any{int64(-3)}}
+}
+
+// TestOrderingAndErrors: an insert then a delete of one key in one
+// transaction leaves no row, and a second insert of a live key, a delete of
+// a missing key or a value of the wrong type is a typed error naming them;
+// after the rollback nothing of the failed transaction is visible.
 func TestOrderingAndErrors(t *testing.T) {
 	ctx := context.Background()
-	e := newEnv(t, "memory", false, 16, 4)
+	e := newEnv(t, "memory", 16, 4)
 	tid := e.table.ID
 	ops := []replay.Op{
 		{TS: 1, Table: tid, Kind: replay.Insert, Row: []any{int64(1), int64(0), int64(5), nil}},
@@ -206,51 +290,48 @@ func TestOrderingAndErrors(t *testing.T) {
 		{TS: 1, Table: tid, Kind: replay.Insert, Row: []any{int64(2), int64(0), int64(7), nil}},
 		{TS: 1, Table: tid, Kind: replay.Update, Row: []any{int64(2), int64(0), int64(8), "x"}},
 	}
-	if err := e.rp.Apply(ctx, ops); err != nil {
+	if err := e.apply(ctx, 1, ops...); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.read(t, 1); len(got) != 1 || got[2].balance != 8 {
 		t.Fatalf("visible at 1: %v", got)
 	}
-	err := e.rp.Apply(ctx, []replay.Op{{TS: 2, Table: tid, Kind: replay.Insert, Row: []any{int64(2), int64(0), int64(1), nil}}})
 	var oe *replay.OpError
+	err := e.apply(ctx, 2,
+		replay.Op{TS: 2, Table: tid, Kind: replay.Insert, Row: []any{int64(3), int64(0), int64(1), nil}},
+		replay.Op{TS: 2, Table: tid, Kind: replay.Insert, Row: []any{int64(2), int64(0), int64(1), nil}})
 	if !errors.As(err, &oe) || !errors.Is(err, index.ErrConflict) || oe.TS != 2 || oe.Table != "account" {
 		t.Fatalf("insert of a live key: %v", err)
 	}
-	err = e.rp.Apply(ctx, []replay.Op{{TS: 3, Table: tid, Kind: replay.Delete, Key: []any{int64(99)}}})
+	if err := e.rp.Rollback(ctx, 0, 2); err != nil {
+		t.Fatal(err)
+	}
+	err = e.apply(ctx, 3, replay.Op{TS: 3, Table: tid, Kind: replay.Delete, Key: []any{int64(99)}})
 	if !errors.As(err, &oe) || fmt.Sprint(oe.Key) != "[99]" {
 		t.Fatalf("delete of a missing key: %v", err)
 	}
-	err = e.rp.Apply(ctx, []replay.Op{{TS: 4, Table: tid, Kind: replay.Insert, Row: []any{"bad", int64(0), int64(1), nil}}})
+	if err := e.rp.Rollback(ctx, 0, 3); err != nil {
+		t.Fatal(err)
+	}
+	err = e.apply(ctx, 4, replay.Op{TS: 4, Table: tid, Kind: replay.Insert, Row: []any{"bad", int64(0), int64(1), nil}})
 	if !errors.Is(err, replay.ErrOp) {
 		t.Fatalf("type mismatch: %v", err)
 	}
-	// The rejected insert at ts 2 never becomes visible.
-	if got := e.read(t, 10); len(got) != 1 || got[2].balance != 8 {
-		t.Fatalf("after rejected ops: %v", got)
-	}
-}
-
-func TestTolerateSkipsAndCounts(t *testing.T) {
-	ctx := context.Background()
-	e := newEnv(t, "memory", true, 16, 4)
-	tid := e.table.ID
-	ops := []replay.Op{
-		{TS: 1, Table: tid, Kind: replay.Insert, Row: []any{int64(1), int64(0), int64(5), nil}},
-		{TS: 1, Table: tid, Kind: replay.Insert, Row: []any{int64(1), int64(0), int64(6), nil}}, // duplicate
-		{TS: 1, Table: tid, Kind: replay.Delete, Key: []any{int64(50)}},                         // missing
-		{TS: 1, Table: tid, Kind: replay.Insert, Row: []any{int64(3), nil, int64(1), nil}},      // NULL in NOT NULL
-		{TS: 1, Table: tid, Kind: replay.Insert, Row: []any{int64(4), int64(0), int64(9), nil}},
-	}
-	if err := e.rp.Apply(ctx, ops); err != nil {
+	if err := e.rp.Rollback(ctx, 0, 4); err != nil {
 		t.Fatal(err)
 	}
-	if st := e.rp.Stats(); st.Tolerated != 3 || st.Inserts != 2 {
-		t.Fatalf("stats %+v", st)
+	// The rolled-back insert of key 3 at ts 2 is visible at no snapshot,
+	// and key 3 can be inserted again.
+	for s := uint64(1); s <= 10; s++ {
+		if got := e.read(t, s); len(got) != 1 || got[2].balance != 8 {
+			t.Fatalf("snapshot %d after rejected ops: %v", s, got)
+		}
 	}
-	got := e.read(t, 1)
-	if len(got) != 2 || got[1].balance != 5 || got[4].balance != 9 {
-		t.Fatalf("visible: %v", got)
+	if err := e.apply(ctx, 5, replay.Op{TS: 5, Table: tid, Kind: replay.Insert, Row: []any{int64(3), int64(0), int64(4), nil}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.read(t, 5); len(got) != 2 || got[3].balance != 4 {
+		t.Fatalf("after re-insert: %v", got)
 	}
 }
 
@@ -259,7 +340,7 @@ func TestTolerateSkipsAndCounts(t *testing.T) {
 // query snapshots and check every bucket's balance total and row count.
 func TestConcurrentBucketsReadersAndFlush(t *testing.T) {
 	ctx := context.Background()
-	e := newEnv(t, "memory", false, 256, 8)
+	e := newEnv(t, "memory", 256, 8)
 	fs, err := txn.OpenFileStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -279,26 +360,26 @@ func TestConcurrentBucketsReadersAndFlush(t *testing.T) {
 			id := int64(b*1000 + i)
 			ops = append(ops, replay.Op{TS: r.First, Table: e.table.ID, Kind: replay.Insert, Row: []any{id, int64(b), int64(start), nil}})
 		}
-		if err := e.rp.Apply(ctx, ops); err != nil {
+		if err := e.rp.Apply(ctx, replay.Batch{Bucket: b, Buckets: buckets, Ops: ops}); err != nil {
 			t.Fatal(err)
 		}
 		svc.CommitMirror(ctx, r.First)
 	}
-	dur := 2 * time.Second
+	transfers := 400
 	if testing.Short() {
-		dur = 700 * time.Millisecond
+		transfers = 150
 	}
-	run, cancel := context.WithTimeout(ctx, dur)
+	run, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var wg sync.WaitGroup
+	var wg, writers sync.WaitGroup
 	for b := range buckets {
-		wg.Go(func() {
+		writers.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(b), 3))
 			bal := make([]int64, perBucket)
 			for i := range bal {
 				bal[i] = start
 			}
-			for run.Err() == nil {
+			for range transfers {
 				r, err := svc.BeginMirror(ctx, 1)
 				if err != nil {
 					t.Error(err)
@@ -312,7 +393,7 @@ func TestConcurrentBucketsReadersAndFlush(t *testing.T) {
 					{TS: r.First, Table: e.table.ID, Kind: replay.Update, Row: []any{int64(b*1000 + i), int64(b), bal[i], nil}},
 					{TS: r.First, Table: e.table.ID, Kind: replay.Update, Row: []any{int64(b*1000 + j), int64(b), bal[j], "moved"}},
 				}
-				if err := e.rp.Apply(ctx, ops); err != nil {
+				if err := e.rp.Apply(ctx, replay.Batch{Bucket: b, Buckets: buckets, Ops: ops}); err != nil {
 					t.Error(err)
 					return
 				}
@@ -325,9 +406,12 @@ func TestConcurrentBucketsReadersAndFlush(t *testing.T) {
 	}
 	var scans int
 	var mu sync.Mutex
+	// Readers and the collector run until the writers are done, each at
+	// least a few rounds, however long that takes.
+	const readerRounds = 5
 	for range 3 {
 		wg.Go(func() {
-			for run.Err() == nil {
+			for did := 0; run.Err() == nil || did < readerRounds; did++ {
 				q, err := svc.BeginQuery(ctx)
 				if err != nil {
 					t.Error(err)
@@ -353,16 +437,15 @@ func TestConcurrentBucketsReadersAndFlush(t *testing.T) {
 		})
 	}
 	wg.Go(func() { // memory GC below LWM
-		for run.Err() == nil {
+		for did := 0; run.Err() == nil || did < readerRounds; did++ {
 			w, _ := svc.Watermarks(ctx)
 			e.rp.Collect(w.LWM)
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // pacing only
 		}
 	})
+	writers.Wait()
+	cancel()
 	wg.Wait()
-	if scans < 5 {
-		t.Fatalf("only %d scans", scans)
-	}
 	buf, _ := e.rp.Buffer(e.table.ID)
 	t.Logf("%d scans; buffer %+v; replayer %+v", scans, buf.Stats(), e.rp.Stats())
 }

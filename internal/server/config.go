@@ -9,6 +9,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/cdc"
 	"github.com/retinadb/retina/internal/types"
 )
 
@@ -27,7 +28,11 @@ type Config struct {
 	Replayers    int      `yaml:"replayers"`
 	Buckets      int      `yaml:"buckets"`
 	BadInput     string   `yaml:"bad_input"`   // fail (default) or dead-letter
-	DeadLetter   string   `yaml:"dead_letter"` // file for dead-lettered messages
+	DeadLetter   string   `yaml:"dead_letter"` // file for dead-lettered messages and transactions
+	// DecimalHandling is how messages without a Connect schema encode
+	// DECIMAL columns: precise (default), string or double, as Debezium's
+	// decimal.handling.mode.
+	DecimalHandling string `yaml:"decimal_handling"`
 	// Tables declared up front (for sources whose messages carry no schema).
 	Tables []TableDecl `yaml:"tables"`
 }
@@ -50,7 +55,7 @@ type ColumnDecl struct {
 func DefaultConfig() Config {
 	return Config{
 		DataDir: "retina-data", SourceEOF: "follow", SQLAddr: "127.0.0.1:5433", HTTPAddr: "127.0.0.1:9187",
-		LogFormat: "text", IndexBackend: "memory", Replayers: 2, Buckets: 16, BadInput: "fail",
+		LogFormat: "text", IndexBackend: "memory", Replayers: 2, Buckets: 16, BadInput: "fail", DecimalHandling: "precise",
 	}
 }
 
@@ -74,6 +79,7 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 		"RETINA_DATA": &c.DataDir, "RETINA_LAKE": &c.Lake, "RETINA_SOURCE_EOF": &c.SourceEOF,
 		"RETINA_SQL_ADDR": &c.SQLAddr, "RETINA_HTTP_ADDR": &c.HTTPAddr, "RETINA_LOG_FORMAT": &c.LogFormat,
 		"RETINA_INDEX": &c.IndexBackend, "RETINA_BAD_INPUT": &c.BadInput, "RETINA_DEAD_LETTER": &c.DeadLetter,
+		"RETINA_DECIMAL_HANDLING": &c.DecimalHandling,
 	}
 	for k, p := range str {
 		if v := getenv(k); v != "" {
@@ -110,6 +116,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: bad_input dead-letter needs dead_letter (a file)")
 	case c.Replayers < 1 || c.Buckets < 1:
 		return fmt.Errorf("config: replayers and buckets must be positive")
+	}
+	if _, err := cdc.ParseDecimalMode(c.DecimalHandling); err != nil {
+		return fmt.Errorf("config: decimal_handling: %w", err)
 	}
 	for _, t := range c.Tables {
 		if _, err := t.schema(); err != nil {

@@ -57,13 +57,7 @@ func (s *Server) registerMetrics(reg *prometheus.Registry) {
 	gauge("running_queries", "Queries holding a snapshot.", watermark(func(w txn.Watermarks) float64 { return float64(w.Running) }))
 
 	sinks := func(pick func(st sink.Stats) float64) func() float64 {
-		return func() float64 {
-			var v float64
-			for _, f := range s.feeds {
-				v += pick(f.sink.Stats())
-			}
-			return v
-		}
+		return func() float64 { return pick(s.IngestStats()) }
 	}
 	counter("source_messages_total", "Source messages read.", sinks(func(st sink.Stats) float64 { return float64(st.Messages) }))
 	counter("transactions_applied_total", "Source transactions replayed as mirror transactions.", sinks(func(st sink.Stats) float64 { return float64(st.Transactions) }))
@@ -72,10 +66,7 @@ func (s *Server) registerMetrics(reg *prometheus.Registry) {
 	counter("duplicates_dropped_total", "Redelivered transactions dropped.", sinks(func(st sink.Stats) float64 { return float64(st.Duplicates) }))
 	counter("dead_lettered_total", "Messages set aside under the dead-letter policy.", sinks(func(st sink.Stats) float64 { return float64(st.DeadLettered) }))
 	gauge("replay_lag_seconds", "Now minus the source commit time of the newest applied transaction (0 before the first).", func() float64 {
-		var newest int64
-		for _, f := range s.feeds {
-			newest = max(newest, f.sink.Stats().LastSourceMS)
-		}
+		newest := s.IngestStats().LastSourceMS
 		if newest == 0 {
 			return 0
 		}

@@ -11,8 +11,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync/atomic"
-	"time"
 
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/index"
@@ -30,13 +28,11 @@ type NodeConfig struct {
 	Lake         string // bucket URL (default file://<DataDir>/lake)
 	IndexBackend string // "memory" (default) or "pebble"
 	Replayers    int    // replayers in this process (default 2)
+	Buckets      int    // buckets the sink shards keys into (default 16)
 	BlockRows    int    // write-buffer block size (default 8192)
 	FileBlocks   int    // blocks per virtual file (default 128)
 	QueryThreads int    // DuckDB threads (default GOMAXPROCS)
-	// GCInterval is how often visibility GC folds deletes below the LWM
-	// (default 1s).
-	GCInterval time.Duration
-	Logger     *slog.Logger
+	Logger       *slog.Logger
 }
 
 // Node is every component of an embedded Retina, opened and wired.
@@ -51,10 +47,6 @@ type Node struct {
 	Scanner   *scan.Scanner
 	Engine    *query.Engine
 	log       *slog.Logger
-
-	stopGC context.CancelFunc
-	gcDone chan struct{}
-	gcRuns atomic.Uint64
 }
 
 // OpenNode opens every component on the data directory.
@@ -74,14 +66,18 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (n *Node, err error) {
 	if cfg.Replayers <= 0 {
 		cfg.Replayers = 2
 	}
+	if cfg.Buckets <= 0 {
+		cfg.Buckets = 16
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.GCInterval <= 0 {
-		cfg.GCInterval = time.Second
-	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("server: data dir: %w", err)
+		return nil, fmt.Errorf("server: data directory %s: %w", cfg.DataDir, err)
+	}
+	recordShards, err := checkSharding(cfg)
+	if err != nil {
+		return nil, err
 	}
 	n = &Node{Config: cfg, log: cfg.Logger}
 	defer func() {
@@ -119,29 +115,24 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (n *Node, err error) {
 	if n.Engine, err = query.Open(ctx, query.Config{Catalog: n.Catalog, Txn: n.Txn, Scanner: n.Scanner, Threads: cfg.QueryThreads, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
-	gcCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	n.stopGC, n.gcDone = stop, make(chan struct{})
-	go n.gcLoop(gcCtx)
+	if recordShards {
+		if err := recordSharding(cfg); err != nil {
+			return nil, err
+		}
+	}
 	return n, nil
 }
 
-// gcLoop folds visibility below the LWM so memory tracks the deletes that
-// running queries can still see, not every delete ever made.
-func (n *Node) gcLoop(ctx context.Context) {
-	defer close(n.gcDone)
-	tick := time.NewTicker(n.Config.GCInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		n.CollectVisibility(ctx)
+// Collect is memory GC: every file's visibility folds its deletes below
+// lwm, so memory tracks the deletes running queries can still see, not
+// every delete ever made. The sink decides when (on its ticks).
+func (n *Node) Collect(lwm uint64) {
+	for _, rp := range n.Replayers {
+		rp.Collect(lwm)
 	}
 }
 
-// CollectVisibility runs one visibility GC pass at the current LWM.
+// CollectVisibility runs one visibility GC pass at the current LWM now.
 func (n *Node) CollectVisibility(ctx context.Context) visibility.CollectStats {
 	var total visibility.CollectStats
 	w, err := n.Txn.Watermarks(ctx)
@@ -153,7 +144,6 @@ func (n *Node) CollectVisibility(ctx context.Context) visibility.CollectStats {
 		total.Folded += st.Folded
 		total.FreedBlocks += st.FreedBlocks
 	}
-	n.gcRuns.Add(1)
 	return total
 }
 
@@ -164,41 +154,35 @@ func (n *Node) owner(id uint32) (scan.Owner, bool) {
 	return nil, false
 }
 
-// LiveKeys lists a table's keys visible at a snapshot (the sink's truncate).
-func (n *Node) LiveKeys(ctx context.Context, t *catalog.Table, snapshot uint64) ([][]any, error) {
-	return n.Scanner.LiveKeys(ctx, t, n.Catalog.Snapshot().LiveFiles(t.ID), snapshot)
-}
-
-// Shutdown is the clean stop: with intake stopped, it makes every buffered
-// row part of a regular file, records every file's deletes at HWM − 1 and
-// closes the components. A node reopened on the data directory answers
-// exactly as this one did.
-func (n *Node) Shutdown(ctx context.Context) error {
+// Persist is the first half of a clean stop: with intake stopped and
+// nothing in flight, it makes every buffered row part of a regular file,
+// records every file's deletes at HWM − 1 and syncs the index. After it the
+// replay state covers every committed transaction durably, and only then
+// may source positions that count on it be written. A node reopened on the
+// data directory answers exactly as this one did.
+func (n *Node) Persist(ctx context.Context) error {
 	var errs []error
 	for _, rp := range n.Replayers {
 		errs = append(errs, rp.Finish(ctx))
 	}
 	if err := errors.Join(errs...); err != nil {
-		n.Close(ctx)
 		return fmt.Errorf("server: finish write buffers: %w", err)
 	}
 	w, err := n.Txn.Watermarks(ctx)
-	if err == nil {
-		err = n.SaveVisibility(w.HWM - 1)
+	if err != nil {
+		return err
 	}
-	if err == nil && n.Config.IndexBackend == "pebble" {
-		err = n.Index.Sync()
+	if err := n.SaveVisibility(w.HWM - 1); err != nil {
+		return err
 	}
-	return errors.Join(err, n.Close(ctx))
+	if n.Config.IndexBackend == "pebble" {
+		return n.Index.Sync()
+	}
+	return nil
 }
 
 // Close stops every component, flushing the replayers' buffers.
 func (n *Node) Close(ctx context.Context) error {
-	if n.stopGC != nil {
-		n.stopGC()
-		<-n.gcDone
-		n.stopGC = nil
-	}
 	var errs []error
 	if n.Engine != nil {
 		errs = append(errs, n.Engine.Close())

@@ -18,37 +18,37 @@ import (
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/cdc"
 	"github.com/retinadb/retina/internal/durable"
+	"github.com/retinadb/retina/internal/mirror"
 	"github.com/retinadb/retina/internal/pgwire"
 	"github.com/retinadb/retina/internal/sink"
 )
 
-// Server is `retina serve`: a node, one sink per source, the SQL endpoint
-// and the metrics endpoint.
+// Server is `retina serve`: a node, the sources and the sink that replays
+// them, the SQL endpoint and the metrics endpoint.
 type Server struct {
-	cfg   Config
-	Node  *Node
-	log   *slog.Logger
-	pg    *pgwire.Server
-	httpL net.Listener
-	feeds []*feed
+	cfg     Config
+	Node    *Node
+	log     *slog.Logger
+	pg      *pgwire.Server
+	httpL   net.Listener
+	sources []*source
+	sink    *sink.Sink // nil without sources
 
 	mu      sync.Mutex
-	failure error // the first pipeline error: /healthz reports it
+	failure error // the error that stopped ingestion: /healthz reports it
 }
 
-// feed is one source and its sink.
-type feed struct {
-	uri  string
-	src  cdc.Source
-	sink *sink.Sink
-	cp   string // checkpoint file
-	done chan error
+// source is one configured change source.
+type source struct {
+	uri string
+	src cdc.Source
+	cp  string // its resume-point file
 }
 
 // sinkState is what a clean stop records per source.
 type sinkState struct {
-	Source     string          `json:"source"`
-	Checkpoint sink.Checkpoint `json:"checkpoint"`
+	Source     string            `json:"source"`
+	Checkpoint mirror.Checkpoint `json:"checkpoint"`
 }
 
 // Options tune a server beyond its Config.
@@ -61,8 +61,9 @@ type Options struct {
 }
 
 // Start opens the node, declares tables, opens the sources at their last
-// applied positions, and binds the SQL and metrics addresses.
-func Start(ctx context.Context, cfg Config, opts Options) (s *Server, err error) {
+// applied positions, and binds the SQL and metrics addresses. Every error
+// names what it is about; nothing is left open.
+func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -70,7 +71,8 @@ func Start(ctx context.Context, cfg Config, opts Options) (s *Server, err error)
 	if log == nil {
 		log = slog.Default()
 	}
-	nc := NodeConfig{DataDir: cfg.DataDir, Lake: cfg.Lake, IndexBackend: cfg.IndexBackend, Replayers: cfg.Replayers, Logger: log}
+	nc := NodeConfig{DataDir: cfg.DataDir, Lake: cfg.Lake, IndexBackend: cfg.IndexBackend, Replayers: cfg.Replayers,
+		Buckets: cfg.Buckets, Logger: log}
 	if opts.Node != nil {
 		opts.Node(&nc)
 	}
@@ -78,7 +80,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (s *Server, err error)
 	if err != nil {
 		return nil, err
 	}
-	s = &Server{cfg: cfg, Node: node, log: log}
+	s := &Server{cfg: cfg, Node: node, log: log}
 	defer func() {
 		if err != nil {
 			s.closeAll()
@@ -90,12 +92,33 @@ func Start(ctx context.Context, cfg Config, opts Options) (s *Server, err error)
 			return nil, fmt.Errorf("server: declare table %s: %w", t.Name, err)
 		}
 	}
+	var starts []mirror.Checkpoint
 	for i, uri := range cfg.Sources {
-		f, err := s.openFeed(i, uri, opts.Stdin)
+		src, start, err := s.openSource(i, uri, opts.Stdin)
 		if err != nil {
 			return nil, err
 		}
-		s.feeds = append(s.feeds, f)
+		s.sources = append(s.sources, src)
+		starts = append(starts, start)
+	}
+	if len(s.sources) > 0 {
+		decimals, _ := cdc.ParseDecimalMode(cfg.DecimalHandling)
+		srcs := make([]cdc.Source, len(s.sources))
+		for i, src := range s.sources {
+			srcs[i] = src.src
+		}
+		replayers := make([]sink.Replayer, len(node.Replayers))
+		for j, rp := range node.Replayers {
+			replayers[j] = rp
+		}
+		s.sink, err = sink.New(sink.Config{
+			Sources: srcs, Catalog: node.Catalog, Txn: node.Txn, Replayers: replayers, Buckets: node.Config.Buckets,
+			BadInput: sink.Policy(cfg.BadInput), DeadLetterPath: cfg.DeadLetter, Start: starts,
+			Decoder: cdc.DecoderOptions{Decimals: decimals}, Collector: node, Logger: log,
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	if s.pg, err = pgwire.Listen(cfg.SQLAddr, node.Engine, log); err != nil {
 		return nil, err
@@ -106,42 +129,30 @@ func Start(ctx context.Context, cfg Config, opts Options) (s *Server, err error)
 	return s, nil
 }
 
-func (s *Server) openFeed(i int, uri string, stdin io.Reader) (*feed, error) {
-	f := &feed{uri: uri, cp: filepath.Join(s.Node.Config.DataDir, "sink-"+strconv.Itoa(i)+".json"), done: make(chan error, 1)}
+// openSource opens source i at its last applied position.
+func (s *Server) openSource(i int, uri string, stdin io.Reader) (*source, mirror.Checkpoint, error) {
+	src := &source{uri: uri, cp: filepath.Join(s.Node.Config.DataDir, "sink-"+strconv.Itoa(i)+".json")}
 	var st sinkState
-	if data, err := os.ReadFile(f.cp); err == nil {
+	if data, err := os.ReadFile(src.cp); err == nil {
 		if err := json.Unmarshal(data, &st); err != nil {
-			return nil, fmt.Errorf("server: %s: %w", f.cp, err)
+			return nil, st.Checkpoint, fmt.Errorf("server: %s is corrupt (%v): it holds where source %d (%s) resumes; restore it from a backup, or start over with an empty data directory", src.cp, err, i, uri)
 		}
 		if st.Source != uri {
-			return nil, fmt.Errorf("server: source %d was %q when the data directory was last used, now %q: keep the source order", i, st.Source, uri)
+			return nil, st.Checkpoint, fmt.Errorf("server: source %d was %q when the data directory was last used, now %q: give the sources in the same order", i, st.Source, uri)
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, err
+		return nil, st.Checkpoint, fmt.Errorf("server: %w", err)
 	}
 	var err error
 	if uri == "file:-" && stdin != nil {
-		f.src, err = cdc.OpenFileSource("-", cdc.FileOptions{Stdin: stdin, Resume: st.Checkpoint.Resume})
+		src.src, err = cdc.OpenFileSource("-", cdc.FileOptions{Stdin: stdin, Resume: st.Checkpoint.Resume})
 	} else {
-		f.src, err = cdc.OpenURI(uri, s.cfg.SourceEOF == "follow", st.Checkpoint.Resume)
+		src.src, err = cdc.OpenURI(uri, s.cfg.SourceEOF == "follow", st.Checkpoint.Resume)
 	}
 	if err != nil {
-		return nil, err
+		return nil, st.Checkpoint, err
 	}
-	replayers := make([]sink.Replayer, len(s.Node.Replayers))
-	for j, rp := range s.Node.Replayers {
-		replayers[j] = rp
-	}
-	f.sink, err = sink.New(sink.Config{
-		Source: f.src, Catalog: s.Node.Catalog, Txn: s.Node.Txn, Replayers: replayers, Buckets: s.cfg.Buckets,
-		BadInput: sink.Policy(s.cfg.BadInput), DeadLetterPath: s.cfg.DeadLetter, Start: st.Checkpoint,
-		Truncator: s.Node, Logger: s.log,
-	})
-	if err != nil {
-		f.src.Close()
-		return nil, err
-	}
-	return f, nil
+	return src, st.Checkpoint, nil
 }
 
 // SQLAddr and HTTPAddr are the bound addresses.
@@ -164,23 +175,28 @@ func (s *Server) Failure() error {
 }
 
 // Run serves until ctx ends, then stops cleanly: intake stops, in-flight
-// transactions finish, buffers become regular files, deletes and source
-// positions are saved, and every component closes. A source that fails
-// stops intake (queries keep being served) and is reported by /healthz.
+// transactions finish, buffers become regular files, deletes are saved,
+// then source positions, and every component closes. Ingestion that stops
+// on an error keeps the queries served and is reported by /healthz.
 func (s *Server) Run(ctx context.Context) error {
 	intake, stopIntake := context.WithCancel(ctx)
 	defer stopIntake()
-	for _, f := range s.feeds {
+	ingested := make(chan error, 1)
+	if s.sink != nil {
 		go func() {
-			err := f.sink.Run(intake)
-			if err != nil && !errors.Is(err, context.Canceled) {
-				s.log.Error("ingestion stopped", "source", f.uri, "err", err)
-				s.fail(fmt.Errorf("source %s: %w", f.uri, err))
-			} else if err == nil {
-				s.log.Info("source finished", "source", f.uri)
+			err := s.sink.Run(intake)
+			switch {
+			case err == nil:
+				s.log.Info("every source finished")
+			case errors.Is(err, context.Canceled):
+			default:
+				s.log.Error("ingestion stopped", "err", err)
+				s.fail(err)
 			}
-			f.done <- err
+			ingested <- err
 		}()
+	} else {
+		ingested <- nil
 	}
 	serveCtx, stopServe := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServe()
@@ -196,32 +212,45 @@ func (s *Server) Run(ctx context.Context) error {
 			s.log.Error("metrics endpoint stopped", "err", err)
 		}
 	})
-	s.log.Info("retina serving", "sql", s.SQLAddr(), "http", s.HTTPAddr(), "data", s.Node.Config.DataDir, "sources", len(s.feeds))
+	s.log.Info("retina serving", "sql", s.SQLAddr(), "http", s.HTTPAddr(), "data", s.Node.Config.DataDir, "sources", len(s.sources))
 	<-ctx.Done()
 	s.log.Info("shutting down: stopping intake")
 	stopIntake()
-	for _, f := range s.feeds {
-		<-f.done // in-flight transactions are applied and committed
-	}
+	ingestErr := <-ingested // in-flight transactions are committed or rolled back
 	stopServe()
 	hs.Close()
 	wg.Wait()
-	return s.shutdown()
+	return s.shutdown(ingestErr)
 }
 
-// shutdown persists what a restart needs and closes everything.
-func (s *Server) shutdown() error {
+// shutdown persists what a restart needs, in dependency order, and closes
+// everything: first the replay state, then the source positions that
+// count on it.
+func (s *Server) shutdown(ingestErr error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var errs []error
-	for _, f := range s.feeds {
-		data, err := json.Marshal(sinkState{Source: f.uri, Checkpoint: f.sink.Checkpoint()})
-		if err == nil {
-			err = durable.WriteFile(f.cp, data)
+	if errors.Is(ingestErr, mirror.ErrUnclean) {
+		// Writes of a transaction that was neither committed nor rolled back
+		// may be in the replay state: saving it would make them visible.
+		s.log.Error("replay state not saved: it is not clean; the data directory is left as after a crash", "err", ingestErr)
+		errs = append(errs, fmt.Errorf("server: state not saved: %w", ingestErr))
+	} else if err := s.Node.Persist(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("server: save the replay state: %w", err))
+	} else if s.sink != nil {
+		cps := s.sink.Checkpoints()
+		for i, src := range s.sources {
+			data, err := json.Marshal(sinkState{Source: src.uri, Checkpoint: cps[i]})
+			if err == nil {
+				err = durable.WriteFile(src.cp, data)
+			}
+			errs = append(errs, err)
 		}
-		errs = append(errs, err, f.src.Close())
 	}
-	errs = append(errs, s.Node.Shutdown(ctx))
+	for _, src := range s.sources {
+		errs = append(errs, src.src.Close())
+	}
+	errs = append(errs, s.Node.Close(ctx))
 	if err := errors.Join(errs...); err != nil {
 		s.log.Error("shutdown incomplete", "err", err)
 		return err
@@ -231,8 +260,8 @@ func (s *Server) shutdown() error {
 }
 
 func (s *Server) closeAll() {
-	for _, f := range s.feeds {
-		f.src.Close()
+	for _, src := range s.sources {
+		src.src.Close()
 	}
 	if s.pg != nil {
 		s.pg.Close()
@@ -243,20 +272,10 @@ func (s *Server) closeAll() {
 	s.Node.Close(context.Background())
 }
 
-// IngestStats sums the sinks' counters (LastSourceMS is the newest).
+// IngestStats are the sink's counters (zero without sources).
 func (s *Server) IngestStats() sink.Stats {
-	var total sink.Stats
-	for _, f := range s.feeds {
-		st := f.sink.Stats()
-		total.Messages += st.Messages
-		total.Transactions += st.Transactions
-		total.Duplicates += st.Duplicates
-		total.Ops += st.Ops
-		total.Skipped += st.Skipped
-		total.DeadLettered += st.DeadLettered
-		total.Committed += st.Committed
-		total.LastCommitTS = max(total.LastCommitTS, st.LastCommitTS)
-		total.LastSourceMS = max(total.LastSourceMS, st.LastSourceMS)
+	if s.sink == nil {
+		return sink.Stats{}
 	}
-	return total
+	return s.sink.Stats()
 }

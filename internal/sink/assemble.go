@@ -17,12 +17,15 @@ type Txn struct {
 	Changes []cdc.Record
 	// Positions of every message that belongs to it (changes, BEGIN, END).
 	Positions []cdc.Position
+	// Raw are those messages, when the records carried them.
+	Raw []cdc.Message
 }
 
 type pendingTxn struct {
 	id        string
 	changes   map[int64]cdc.Record // total_order → change (redeliveries collapse)
 	positions []cdc.Position
+	raw       []cdc.Message
 	end       *cdc.Record
 	since     time.Time
 }
@@ -87,7 +90,11 @@ func (a *assembler) add(r cdc.Record) error {
 	a.flushSnapshot() // keep snapshot batches in stream order
 	switch {
 	case r.Kind == cdc.Change && r.TxID == "":
-		a.out = append(a.out, Txn{ID: r.Pos.String(), Changes: []cdc.Record{r}, Positions: []cdc.Position{r.Pos}})
+		t := Txn{ID: r.Pos.String(), Changes: []cdc.Record{r}, Positions: []cdc.Position{r.Pos}}
+		if r.Raw != nil {
+			t.Raw = []cdc.Message{*r.Raw}
+		}
+		a.out = append(a.out, t)
 		return nil
 	case r.Kind == cdc.Skip:
 		return nil
@@ -102,6 +109,9 @@ func (a *assembler) add(r cdc.Record) error {
 		a.open[r.TxID] = p
 	}
 	p.positions = append(p.positions, r.Pos)
+	if r.Raw != nil {
+		p.raw = append(p.raw, *r.Raw)
+	}
 	switch r.Kind {
 	case cdc.Change:
 		p.changes[r.TotalOrder] = r
@@ -126,7 +136,7 @@ func (a *assembler) release() error {
 		if !done {
 			return nil
 		}
-		t := Txn{ID: p.id, Positions: p.positions}
+		t := Txn{ID: p.id, Positions: p.positions, Raw: p.raw}
 		orders := make([]int64, 0, len(p.changes))
 		for o := range p.changes {
 			orders = append(orders, o)
@@ -156,6 +166,9 @@ func (a *assembler) flushSnapshot() {
 	t := Txn{ID: a.snapshot[0].Pos.String(), Changes: a.snapshot}
 	for _, r := range a.snapshot {
 		t.Positions = append(t.Positions, r.Pos)
+		if r.Raw != nil {
+			t.Raw = append(t.Raw, *r.Raw)
+		}
 	}
 	a.out = append(a.out, t)
 	a.snapshot = nil

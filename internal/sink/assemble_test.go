@@ -24,7 +24,7 @@ func TestInterleavingsGiveTheSameTransactions(t *testing.T) {
 		g.txn()
 	}
 	tb := &catalog.Table{ID: 1, Name: "account", PrimaryIndexID: 1, Schema: accountSchema()}
-	dec := cdc.NewDecoder(oneTable{"account": tb}, quiet())
+	dec := cdc.NewDecoder(oneTable{"account": tb}, quiet(), cdc.DecoderOptions{})
 	var data, meta []cdc.Record
 	var nd, nm int64
 	for _, l := range g.lines {

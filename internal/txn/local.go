@@ -50,7 +50,6 @@ type Local struct {
 	queries map[uint64]uint64
 	counts  map[uint64]int // snapshot → running queries
 	order   []uint64       // distinct running snapshots, increasing
-	lwm     uint64
 	handles uint64
 
 	bg sync.WaitGroup
@@ -96,7 +95,6 @@ func NewLocal(ctx context.Context, store Store, opts Options) (*Local, error) {
 		hwmCh:       make(chan struct{}),
 		queries:     map[uint64]uint64{},
 		counts:      map[uint64]int{},
-		lwm:         start - 1,
 	}
 	s.hwm.Store(start)
 	s.log.Info("transaction service started", "hwm", start, "reserved", next)
@@ -260,7 +258,10 @@ func (s *Local) EndQuery(_ context.Context, handle uint64) error {
 	return nil
 }
 
-// Watermarks reads HWM, LWM and the allocation position.
+// Watermarks reads HWM, LWM and the allocation position. Reading changes
+// nothing: LWM is the oldest running snapshot, or HWM − 1 when none runs,
+// which never decreases because a new query's snapshot is HWM − 1, read
+// under the same lock.
 func (s *Local) Watermarks(context.Context) (Watermarks, error) {
 	s.qmu.Lock()
 	hwm := s.hwm.Load()
@@ -268,8 +269,7 @@ func (s *Local) Watermarks(context.Context) (Watermarks, error) {
 	if len(s.order) > 0 {
 		low = s.order[0]
 	}
-	s.lwm = max(s.lwm, low)
-	w := Watermarks{HWM: hwm, LWM: s.lwm, Running: len(s.queries)}
+	w := Watermarks{HWM: hwm, LWM: low, Running: len(s.queries)}
 	s.qmu.Unlock()
 	s.mu.Lock()
 	w.Next = s.win.next

@@ -46,7 +46,7 @@ func Apply(t testing.TB, n *server.Node, ops ...replay.Op) uint64 {
 	for i := range ops {
 		ops[i].TS = r.First
 	}
-	if err := n.Replayers[0].Apply(ctx, ops); err != nil {
+	if err := n.Replayers[0].Apply(ctx, replay.Batch{Bucket: 0, Buckets: 1, Ops: ops, Stable: r.First}); err != nil {
 		t.Error(err)
 		return 0
 	}

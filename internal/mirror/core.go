@@ -1,0 +1,595 @@
+// Package mirror is the deterministic core of mirror transactions, built
+// the way etcd's raft is: a state machine with no goroutines, clock or I/O.
+// Events go in (messages read, a transaction assembled, timestamps granted,
+// a bucket applied or failed, a rollback done, commits acknowledged, a
+// tick) and a Ready comes out: the operations to send to each bucket, what
+// to roll back, commit and abort, which transactions to set aside, what to
+// persist and what to collect. The sink is its driver: it owns the
+// goroutines, the transaction service, the replayers and the files.
+//
+// # Rules
+//
+//   - Transactions get timestamps in the order they are proposed (each
+//     source's commit order) and commit in timestamp order: a transaction
+//     commits once every bucket it touches applied it and every transaction
+//     below it has committed or been aborted.
+//   - A transaction is applied whole or not at all. When a bucket fails one,
+//     every bucket rolls back everything from its timestamp on; the
+//     transactions below it commit, it and everything above are aborted (so
+//     HWM passes them without showing any of their writes).
+//   - Fail policy, or a failure of the system rather than of the data:
+//     ingestion stops at that transaction and its messages stay unapplied,
+//     so a restart reaches it again and stops there again.
+//   - Dead-letter policy: the transaction is set aside whole, its messages
+//     count as handled, and the transactions above it are proposed again in
+//     order under new timestamps, applied to the state without it.
+//   - LWM moves only on a tick; memory GC is decided there.
+package mirror
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/retinadb/retina/internal/cdc"
+	"github.com/retinadb/retina/internal/replay"
+)
+
+// Policy is what happens to a transaction that cannot be applied.
+type Policy uint8
+
+// The policies.
+const (
+	// Fail stops ingestion at the transaction.
+	Fail Policy = iota
+	// DeadLetter sets the transaction aside and goes on.
+	DeadLetter
+)
+
+func (p Policy) String() string {
+	if p == DeadLetter {
+		return "dead-letter"
+	}
+	return "fail"
+}
+
+// Config configures a core.
+type Config struct {
+	// Buckets is how many buckets operations are sharded into.
+	Buckets int
+	Policy  Policy
+	// GroupMax bounds the timestamps of one request (default 512).
+	GroupMax int
+	// MaxInflight bounds the transactions holding timestamps and not yet
+	// committed (default 8192): it bounds what the buckets have queued.
+	MaxInflight int
+	// MaxQueued bounds the assembled transactions waiting for timestamps
+	// (default 4096); CanPropose is false at it.
+	MaxQueued int
+	// CheckpointOnCommit asks for a checkpoint after every commit
+	// acknowledgement (for replayers whose state outlives the sink).
+	CheckpointOnCommit bool
+	// Start holds each source's resume point (one per source).
+	Start []Checkpoint
+}
+
+// Txn is one source transaction, assembled.
+type Txn struct {
+	Source int
+	// ID identifies it for de-duplication: the source transaction id, or the
+	// position of its first message when there is no metadata.
+	ID string
+	// Positions of every message that belongs to it.
+	Positions []cdc.Position
+	// Ops per bucket, buckets ascending, none empty.
+	Ops []BucketOps
+	// Rows is how many row changes it carries; SourceMS is the newest
+	// source commit time (ms) among them, 0 if unknown.
+	Rows     int
+	SourceMS int64
+	// Invalid, when set, says the transaction cannot be turned into
+	// operations (a change the catalog cannot place): it fails in its
+	// place in the order, as if a bucket had refused it.
+	Invalid error
+	// Raw are its messages, kept by the driver to write a set-aside
+	// transaction whole; the core does not look at them.
+	Raw []cdc.Message
+}
+
+// BucketOps are a transaction's operations in one bucket.
+type BucketOps struct {
+	Bucket int
+	Ops    []replay.Op
+}
+
+// Stats count the core's work.
+type Stats struct {
+	Proposed, Duplicates, Committed, Aborted, DeadLettered uint64
+	// Rows counts the row changes of committed transactions.
+	Rows uint64
+	// LastCommitTS is the newest committed timestamp; LastSourceMS the
+	// newest source commit time among committed transactions.
+	LastCommitTS uint64
+	LastSourceMS int64
+	// HWM: every timestamp below it is committed or aborted.
+	HWM uint64
+	// LWM as of the last tick.
+	LWM uint64
+}
+
+// TxnError is why a transaction was not applied.
+type TxnError struct {
+	Source    int
+	ID        string
+	TS        uint64
+	Positions []cdc.Position
+	// System says the replayer failed, not the transaction's data.
+	System bool
+	Err    error
+}
+
+func (e *TxnError) Error() string {
+	at := ""
+	if len(e.Positions) > 0 {
+		at = " at " + e.Positions[0].String()
+		if n := len(e.Positions); n > 1 {
+			at += fmt.Sprintf(" (and %d more messages)", n-1)
+		}
+	}
+	if e.System {
+		return fmt.Sprintf("applying transaction %s%s failed: %v", e.ID, at, e.Err)
+	}
+	return fmt.Sprintf("transaction %s%s cannot be applied: %v", e.ID, at, e.Err)
+}
+
+func (e *TxnError) Unwrap() error { return e.Err }
+
+// ErrUnclean is wrapped when the replay state may hold writes of a
+// transaction that was neither committed nor rolled back: it must not be
+// saved as a clean state.
+var ErrUnclean = errors.New("replay state is not clean")
+
+type inflight struct {
+	txn     Txn
+	ts      uint64
+	pending int // buckets that have not applied it yet
+}
+
+type rollback struct {
+	from    uint64
+	waiting map[int]bool
+	err     error
+	system  bool
+}
+
+// Core is the state machine. It is not safe for concurrent use: one driver
+// goroutine feeds it events and takes its Ready.
+type Core struct {
+	cfg      Config
+	trackers []*tracker
+	ended    []bool
+
+	queue     []Txn // assembled, waiting for timestamps
+	requested int   // timestamps asked for and not granted yet
+	inflight  []*inflight
+	byTS      map[uint64]*inflight
+	sent      [][]uint64           // per bucket: timestamps sent and not applied, ascending
+	acking    map[uint64]*inflight // commit decided, acknowledgement pending
+
+	rb       *rollback
+	closed   bool // no new proposals are taken
+	draining bool // queued transactions are dropped, not applied
+	stopErr  error
+	done     bool
+
+	collected uint64
+	ready     Ready
+	stats     Stats
+}
+
+// New makes a core.
+func New(cfg Config) (*Core, error) {
+	if cfg.Buckets <= 0 {
+		return nil, fmt.Errorf("mirror: %d buckets", cfg.Buckets)
+	}
+	if len(cfg.Start) == 0 {
+		return nil, fmt.Errorf("mirror: no sources")
+	}
+	if cfg.GroupMax <= 0 {
+		cfg.GroupMax = 512
+	}
+	if cfg.MaxInflight <= 0 {
+		cfg.MaxInflight = 8192
+	}
+	if cfg.MaxQueued <= 0 {
+		cfg.MaxQueued = 4096
+	}
+	c := &Core{cfg: cfg, ended: make([]bool, len(cfg.Start)), byTS: map[uint64]*inflight{},
+		sent: make([][]uint64, cfg.Buckets), acking: map[uint64]*inflight{}}
+	for _, cp := range cfg.Start {
+		c.trackers = append(c.trackers, newTracker(cp))
+	}
+	return c, nil
+}
+
+// CanPropose says whether the core takes another transaction now.
+func (c *Core) CanPropose() bool { return len(c.queue) < c.cfg.MaxQueued && !c.closed }
+
+// Stats returns the counters.
+func (c *Core) Stats() Stats { return c.stats }
+
+// Checkpoints is every source's resume point as of the acknowledged
+// commits and the transactions set aside.
+func (c *Core) Checkpoints() []Checkpoint {
+	out := make([]Checkpoint, len(c.trackers))
+	for i, t := range c.trackers {
+		out[i] = t.checkpoint()
+	}
+	return out
+}
+
+// Ready returns what the driver must do now and starts a new one.
+func (c *Core) Ready() Ready {
+	r := c.ready
+	c.ready = Ready{}
+	return r
+}
+
+func (c *Core) source(i int) (*tracker, error) {
+	if i < 0 || i >= len(c.trackers) {
+		return nil, fmt.Errorf("mirror: source %d of %d", i, len(c.trackers))
+	}
+	return c.trackers[i], nil
+}
+
+// Read registers messages read from a source, before they are assembled.
+func (c *Core) Read(source int, ps []cdc.Position) error {
+	t, err := c.source(source)
+	if err != nil {
+		return err
+	}
+	t.seen(ps)
+	return nil
+}
+
+// Handled marks messages that need no transaction: skipped, set aside as
+// undecodable, or dropped as redelivered copies.
+func (c *Core) Handled(source int, ps []cdc.Position) error {
+	t, err := c.source(source)
+	if err != nil {
+		return err
+	}
+	t.done(ps)
+	return nil
+}
+
+// Propose hands in an assembled transaction. A transaction applied before
+// (a redelivery) is dropped as handled.
+func (c *Core) Propose(txn Txn) error {
+	t, err := c.source(txn.Source)
+	if err != nil {
+		return err
+	}
+	for i, b := range txn.Ops {
+		if b.Bucket < 0 || b.Bucket >= c.cfg.Buckets || len(b.Ops) == 0 || i > 0 && b.Bucket <= txn.Ops[i-1].Bucket {
+			return fmt.Errorf("mirror: transaction %s: bad bucket list", txn.ID)
+		}
+	}
+	if t.duplicate(txn.ID, txn.Positions) {
+		t.done(txn.Positions)
+		c.stats.Duplicates++
+		return nil
+	}
+	if c.closed {
+		return nil // left unapplied: a restart reads it again
+	}
+	c.stats.Proposed++
+	c.queue = append(c.queue, txn)
+	c.maybeRequest()
+	return nil
+}
+
+// maybeRequest asks for timestamps for the head of the queue.
+func (c *Core) maybeRequest() {
+	if c.requested > 0 || c.rb != nil || c.draining {
+		return
+	}
+	n := min(len(c.queue), c.cfg.GroupMax, c.cfg.MaxInflight-len(c.inflight))
+	if n <= 0 {
+		return
+	}
+	c.requested = n
+	c.ready.Request = n
+}
+
+// Grant hands in the timestamps [first, first+n) of the last request.
+func (c *Core) Grant(first uint64, n int) error {
+	if n != c.requested || n <= 0 {
+		return fmt.Errorf("mirror: granted %d timestamps, %d were requested", n, c.requested)
+	}
+	c.requested = 0
+	if c.rb != nil || c.draining {
+		for i := range n {
+			c.ready.Abort = append(c.ready.Abort, first+uint64(i))
+		}
+		c.stats.Aborted += uint64(n)
+		c.checkDone()
+		return nil
+	}
+	for i := range n {
+		c.dispatch(c.queue[i], first+uint64(i))
+	}
+	c.queue = slices.Delete(c.queue, 0, n)
+	c.commitReady()
+	c.maybeRequest()
+	return nil
+}
+
+// GrantFailed reports that the timestamp request failed: ingestion stops
+// once what is in flight is done.
+func (c *Core) GrantFailed(err error) {
+	c.requested = 0
+	c.stop(fmt.Errorf("timestamps: %w", err))
+}
+
+func (c *Core) dispatch(txn Txn, ts uint64) {
+	f := &inflight{txn: txn, ts: ts, pending: len(txn.Ops)}
+	c.inflight = append(c.inflight, f)
+	c.byTS[ts] = f
+	if txn.Invalid != nil {
+		f.pending = 1 // never applied: it holds back the commits above it
+		c.startRollback(ts, txn.Invalid, false)
+		return
+	}
+	stable := c.hwm()
+	for _, b := range txn.Ops {
+		for i := range b.Ops {
+			b.Ops[i].TS = ts
+		}
+		c.ready.Sends = append(c.ready.Sends, Send{Bucket: b.Bucket, TS: ts, TxnID: txn.ID, Ops: b.Ops, Stable: stable})
+		c.sent[b.Bucket] = append(c.sent[b.Bucket], ts)
+	}
+}
+
+// hwm is the smallest timestamp whose fate is not decided: everything below
+// is committed or aborted.
+func (c *Core) hwm() uint64 {
+	if len(c.inflight) > 0 {
+		return c.inflight[0].ts
+	}
+	return c.stats.HWM
+}
+
+// Applied reports that a bucket applied everything it was sent up to and
+// including through.
+func (c *Core) Applied(bucket int, through uint64) error {
+	if bucket < 0 || bucket >= c.cfg.Buckets {
+		return fmt.Errorf("mirror: bucket %d of %d", bucket, c.cfg.Buckets)
+	}
+	q := c.sent[bucket]
+	i := 0
+	for i < len(q) && q[i] <= through {
+		if f := c.byTS[q[i]]; f != nil {
+			f.pending--
+		}
+		i++
+	}
+	c.sent[bucket] = slices.Delete(q, 0, i)
+	c.commitReady()
+	return nil
+}
+
+// Failed reports that a bucket could not apply the transaction at ts; it
+// applied everything it was sent below ts. system says the bucket itself
+// failed (the index, the buffer), not the transaction's data.
+func (c *Core) Failed(bucket int, ts uint64, err error, system bool) error {
+	if ts > 0 {
+		if aerr := c.Applied(bucket, ts-1); aerr != nil {
+			return aerr
+		}
+	}
+	if c.byTS[ts] == nil {
+		return fmt.Errorf("mirror: bucket %d failed timestamp %d, which is not in flight: %v", bucket, ts, err)
+	}
+	c.startRollback(ts, err, system)
+	return nil
+}
+
+// startRollback makes every bucket undo everything from ts on, unless a
+// rollback from lower is under way.
+func (c *Core) startRollback(ts uint64, err error, system bool) {
+	if c.rb != nil && ts >= c.rb.from {
+		return // rolled back anyway
+	}
+	c.rb = &rollback{from: ts, waiting: map[int]bool{}, err: err, system: system}
+	for b := range c.cfg.Buckets {
+		c.rb.waiting[b] = true
+	}
+	// Commits below ts go on; a request in flight will be aborted.
+	c.ready.Rollback = ts
+}
+
+// RolledBack reports that a bucket undid everything from from on. err is a
+// failed undo: then the state is unclean and ingestion stops at once.
+func (c *Core) RolledBack(bucket int, from uint64, err error) error {
+	if err != nil {
+		c.fatal(fmt.Errorf("%w: rollback of bucket %d from %d failed: %w", ErrUnclean, bucket, from, err))
+		return nil
+	}
+	if c.rb == nil || from != c.rb.from {
+		return nil // superseded by a rollback from lower
+	}
+	delete(c.rb.waiting, bucket)
+	if len(c.rb.waiting) > 0 {
+		return nil
+	}
+	rb := c.rb
+	c.commitReady()
+	if len(c.inflight) > 0 && c.inflight[0].ts < rb.from {
+		c.fatal(fmt.Errorf("%w: transaction at %d below the rollback at %d is not applied", ErrUnclean, c.inflight[0].ts, rb.from))
+		return nil
+	}
+	failed := c.byTS[rb.from]
+	aborted := c.inflight
+	c.inflight = nil
+	clear(c.byTS)
+	for b := range c.sent {
+		c.sent[b] = c.sent[b][:0]
+	}
+	for _, f := range aborted {
+		c.ready.Abort = append(c.ready.Abort, f.ts)
+	}
+	c.stats.Aborted += uint64(len(aborted))
+	c.stats.HWM = max(c.stats.HWM, aborted[len(aborted)-1].ts+1)
+	c.rb = nil
+	terr := &TxnError{Source: failed.txn.Source, ID: failed.txn.ID, TS: failed.ts, Positions: failed.txn.Positions, System: rb.system, Err: rb.err}
+	if rb.system || c.cfg.Policy == Fail {
+		c.stop(terr)
+		return nil
+	}
+	c.ready.DeadLetters = append(c.ready.DeadLetters, Rejected{Txn: failed.txn, TS: failed.ts, Err: terr})
+	c.trackers[failed.txn.Source].applyTxn(failed.txn.ID, failed.txn.Positions)
+	c.stats.DeadLettered++
+	// The transactions above go again, in order, against the state without
+	// the one set aside.
+	if !c.draining {
+		again := make([]Txn, 0, len(aborted)-1+len(c.queue))
+		for _, f := range aborted[1:] {
+			again = append(again, f.txn)
+		}
+		c.queue = append(again, c.queue...)
+	}
+	c.checkpointIfAsked()
+	c.maybeRequest()
+	c.checkDone()
+	return nil
+}
+
+// commitReady commits the transactions at the head that every bucket
+// applied, below a rollback in progress.
+func (c *Core) commitReady() {
+	n := 0
+	for n < len(c.inflight) {
+		f := c.inflight[n]
+		if f.pending > 0 || c.rb != nil && f.ts >= c.rb.from {
+			break
+		}
+		c.ready.Commit = append(c.ready.Commit, f.ts)
+		c.acking[f.ts] = f
+		delete(c.byTS, f.ts)
+		c.stats.HWM = f.ts + 1
+		n++
+	}
+	if n > 0 {
+		c.inflight = slices.Delete(c.inflight, 0, n)
+		c.maybeRequest()
+	}
+}
+
+// Committed acknowledges that the transaction service committed the
+// timestamps.
+func (c *Core) Committed(ts []uint64) error {
+	for _, t := range ts {
+		f := c.acking[t]
+		if f == nil {
+			return fmt.Errorf("mirror: commit of %d acknowledged, but none is pending", t)
+		}
+		delete(c.acking, t)
+		c.trackers[f.txn.Source].applyTxn(f.txn.ID, f.txn.Positions)
+		c.stats.Committed++
+		c.stats.Rows += uint64(f.txn.Rows)
+		c.stats.LastCommitTS = max(c.stats.LastCommitTS, t)
+		c.stats.LastSourceMS = max(c.stats.LastSourceMS, f.txn.SourceMS)
+	}
+	c.checkpointIfAsked()
+	c.checkDone()
+	return nil
+}
+
+// CommitFailed reports that the transaction service refused a commit: the
+// replay state holds writes no one will commit.
+func (c *Core) CommitFailed(err error) {
+	c.fatal(fmt.Errorf("%w: commit failed: %w", ErrUnclean, err))
+}
+
+func (c *Core) checkpointIfAsked() {
+	if !c.cfg.CheckpointOnCommit {
+		return
+	}
+	for _, t := range c.trackers {
+		t.compact()
+	}
+	c.ready.Checkpoint = c.Checkpoints()
+}
+
+// Tick is the passing of time: lwm is the transaction service's low
+// watermark now. Memory GC below it is decided here, and only here.
+func (c *Core) Tick(lwm uint64) {
+	c.stats.LWM = max(c.stats.LWM, lwm)
+	if c.stats.LWM > c.collected {
+		c.collected = c.stats.LWM
+		c.ready.Collect = c.collected
+	}
+	for _, t := range c.trackers {
+		t.compact()
+	}
+}
+
+// SourceEnded reports that a source has no more messages; when every
+// source ended, the core finishes.
+func (c *Core) SourceEnded(source int) error {
+	if _, err := c.source(source); err != nil {
+		return err
+	}
+	c.ended[source] = true
+	if !slices.Contains(c.ended, false) {
+		c.Finish(nil)
+	}
+	return nil
+}
+
+// Finish says no more transactions come: everything proposed is applied
+// (or set aside), then Ready.Done comes with err. A source that fails after
+// its good transactions finishes this way.
+func (c *Core) Finish(err error) {
+	if err != nil && c.stopErr == nil {
+		c.stopErr = err
+	}
+	c.closed = true
+	c.checkDone()
+}
+
+// Drain stops taking new work: what holds timestamps finishes, queued
+// transactions stay unapplied (a restart reads them again), and Ready.Done
+// comes once nothing is in flight, with err (nil for a clean stop).
+func (c *Core) Drain(err error) {
+	if err != nil && c.stopErr == nil {
+		c.stopErr = err
+	}
+	c.closed, c.draining = true, true
+	c.queue = nil
+	c.checkDone()
+}
+
+// stop drains with an error.
+func (c *Core) stop(err error) { c.Drain(err) }
+
+// fatal ends at once: what is in flight can neither commit nor be undone.
+func (c *Core) fatal(err error) {
+	if c.done {
+		return
+	}
+	c.stopErr = err
+	c.closed, c.draining = true, true
+	c.queue = nil
+	c.done = true
+	c.ready.Done, c.ready.Err = true, err
+}
+
+func (c *Core) checkDone() {
+	if c.done || !c.closed || c.requested > 0 || c.rb != nil || len(c.inflight) > 0 || len(c.acking) > 0 || len(c.queue) > 0 {
+		return
+	}
+	c.done = true
+	c.ready.Done, c.ready.Err = true, c.stopErr
+}

@@ -1,0 +1,439 @@
+package sink
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"time"
+
+	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/cdc"
+	"github.com/retinadb/retina/internal/index"
+	"github.com/retinadb/retina/internal/mirror"
+	"github.com/retinadb/retina/internal/replay"
+	"github.com/retinadb/retina/internal/types"
+)
+
+// intakeBatch is what one source produced from a run of messages, for the
+// driver to feed to the core in order: the messages read, then what each
+// became.
+type intakeBatch struct {
+	source int
+	read   []cdc.Position
+	items  []intakeItem
+}
+
+// intakeItem is one of: a transaction, messages handled without one, the
+// end of the source, or the error that stops it.
+type intakeItem struct {
+	txn     *mirror.Txn
+	handled []cdc.Position
+	ended   bool
+	failed  error
+}
+
+// intake reads, decodes and assembles one source.
+type intake struct {
+	s       *Sink
+	source  int
+	src     cdc.Source
+	log     *slog.Logger
+	dec     *cdc.Decoder
+	asm     *assembler
+	keyType map[uint32][]types.Type
+	cur     intakeBatch
+	// What the start checkpoint says is applied: messages below a stream's
+	// resume offset, and the listed transactions. A redelivered copy is
+	// handled at once; assembled, part of a transaction could wait forever
+	// for the messages before the resume offset.
+	resume  map[string]int64
+	applied map[string]bool
+}
+
+func newIntake(s *Sink, source int, src cdc.Source, start mirror.Checkpoint) *intake {
+	in := &intake{s: s, source: source, src: src, log: s.log.With("source", source),
+		dec: cdc.NewDecoder(tablesOf{s.cfg.Catalog}, s.log, s.cfg.Decoder), asm: newAssembler(s.cfg.SnapshotBatch),
+		keyType: map[uint32][]types.Type{}, cur: intakeBatch{source: source},
+		resume: start.Resume, applied: map[string]bool{}}
+	for _, a := range start.Applied {
+		in.applied[a.ID] = true
+	}
+	return in
+}
+
+// tablesOf resolves names in the catalog's current snapshot.
+type tablesOf struct{ c Catalog }
+
+func (t tablesOf) Table(name string) (*catalog.Table, bool) { return t.c.Snapshot().Table(name) }
+
+// emit hands the batch built so far to the driver.
+func (in *intake) emit(ctx context.Context, out chan<- intakeBatch) error {
+	if len(in.cur.read) == 0 && len(in.cur.items) == 0 {
+		return nil
+	}
+	select {
+	case out <- in.cur:
+		in.cur = intakeBatch{source: in.source}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// run reads until the source ends, fails or ctx ends.
+func (in *intake) run(ctx context.Context, out chan<- intakeBatch) {
+	err := in.loop(ctx, out)
+	switch {
+	case errors.Is(err, io.EOF):
+		in.cur.items = append(in.cur.items, intakeItem{ended: true})
+	case err != nil && ctx.Err() == nil:
+		in.cur.items = append(in.cur.items, intakeItem{failed: err})
+	}
+	in.emit(ctx, out)
+}
+
+func (in *intake) loop(ctx context.Context, out chan<- intakeBatch) error {
+	msgs := make(chan cdc.Message, 1024)
+	readErr := make(chan error, 1)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		defer close(msgs)
+		for {
+			m, err := in.src.Next(rctx)
+			if err != nil {
+				readErr <- err
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-rctx.Done():
+				readErr <- rctx.Err()
+				return
+			}
+		}
+	}()
+	batches := in.decodeAhead(rctx, msgs)
+	idle := time.NewTicker(20 * time.Millisecond)
+	defer idle.Stop()
+	lastWarn := time.Now()
+	for {
+		select {
+		case b, ok := <-batches:
+			if !ok {
+				err := <-readErr
+				in.asm.flushSnapshot()
+				in.takeAssembled()
+				if errors.Is(err, io.EOF) && len(in.asm.open) > 0 {
+					in.log.Warn("source ended with incomplete transactions", "open", len(in.asm.open))
+				}
+				return err
+			}
+			select {
+			case <-b.ready:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			for i, m := range b.msgs {
+				in.s.messages.Add(1)
+				in.cur.read = append(in.cur.read, m.Pos)
+				if off, ok := in.resume[m.Pos.Stream]; ok && m.Pos.Offset < off {
+					in.handled(m.Pos) // applied before the restart
+					continue
+				}
+				if err := in.decodeOne(ctx, m, b.recs[i], b.errs[i]); err != nil {
+					in.takeAssembled() // what came before the failing message is applied
+					return err
+				}
+			}
+			in.takeAssembled()
+			if err := in.emit(ctx, out); err != nil {
+				return err
+			}
+		case <-idle.C:
+			in.asm.flushSnapshot() // a quiet stream: release a partial snapshot batch
+			in.takeAssembled()
+			if err := in.emit(ctx, out); err != nil {
+				return err
+			}
+			if time.Since(lastWarn) > 10*time.Second {
+				if msg := in.asm.stuck(10 * time.Second); msg != "" {
+					in.log.Warn("waiting for transaction events (is a table or transaction topic not consumed?)", "detail", msg)
+					lastWarn = time.Now()
+				}
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// decodedBatch is a run of consecutive messages decoded by one worker;
+// ready closes when recs and errs are filled.
+type decodedBatch struct {
+	msgs  []cdc.Message
+	recs  []cdc.Record
+	errs  []error
+	ready chan struct{}
+}
+
+// maxDecodeBatch bounds a batch; a batch takes only what is already queued,
+// so a quiet stream is decoded message by message without waiting.
+const maxDecodeBatch = 256
+
+// decodeAhead decodes messages on every core and hands the batches back in
+// source order. JSON decoding is the sink's largest cost, and messages
+// decode independently; assembly stays sequential. A message that names a
+// table created by an earlier one fails here and is decoded again in order
+// (decodeOne).
+func (in *intake) decodeAhead(ctx context.Context, msgs <-chan cdc.Message) <-chan *decodedBatch {
+	workers := runtime.GOMAXPROCS(0)
+	ordered := make(chan *decodedBatch, 2*workers)
+	work := make(chan *decodedBatch, workers)
+	for range workers {
+		go func() {
+			dec := cdc.NewDecoder(tablesOf{in.s.cfg.Catalog}, in.log, in.s.cfg.Decoder)
+			for b := range work {
+				for i, m := range b.msgs {
+					b.recs[i], b.errs[i] = dec.Decode(m)
+				}
+				close(b.ready)
+			}
+		}()
+	}
+	go func() {
+		defer close(ordered)
+		defer close(work)
+		for m := range msgs {
+			b := &decodedBatch{msgs: []cdc.Message{m}, ready: make(chan struct{})}
+		fill:
+			for len(b.msgs) < maxDecodeBatch {
+				select {
+				case m, ok := <-msgs:
+					if !ok {
+						break fill
+					}
+					b.msgs = append(b.msgs, m)
+				default:
+					break fill
+				}
+			}
+			b.recs, b.errs = make([]cdc.Record, len(b.msgs)), make([]error, len(b.msgs))
+			select {
+			case ordered <- b:
+			case <-ctx.Done():
+				return
+			}
+			work <- b // workers always drain work, so this cannot stall for good
+		}
+	}()
+	return ordered
+}
+
+// decodeOne assembles a message decoded ahead. A message that failed is
+// decoded again first: it may name a table an earlier message created.
+func (in *intake) decodeOne(ctx context.Context, m cdc.Message, rec cdc.Record, err error) error {
+	if err != nil {
+		rec, err = in.dec.Decode(m)
+	}
+	var ut *cdc.UnknownTableError
+	if errors.As(err, &ut) {
+		if _, cerr := in.s.cfg.Catalog.CreateTable(ctx, ut.Table, ut.Schema); cerr != nil && !errors.Is(cerr, catalog.ErrExists) {
+			err = fmt.Errorf("sink: %s: create table %s from the message schema: %w", ut.Pos, ut.Table, cerr)
+		} else {
+			if cerr == nil {
+				in.log.Info("created table from the change-event schema", "table", ut.Table, "columns", len(ut.Schema.Columns))
+			}
+			rec, err = in.dec.Decode(m)
+		}
+	}
+	if err != nil {
+		return in.badInput(m, err)
+	}
+	if rec.Kind == cdc.Skip {
+		in.s.skipped.Add(1)
+		in.handled(m.Pos)
+		return nil
+	}
+	if rec.TxID != "" && in.applied[rec.TxID] {
+		in.handled(m.Pos) // part of a transaction applied before the restart
+		return nil
+	}
+	if in.s.cfg.BadInput == DeadLetter {
+		rec.Raw = &m // kept to write the whole transaction if it is set aside
+	}
+	if err := in.asm.add(rec); err != nil {
+		return fmt.Errorf("sink: %s: %w", m.Pos, err)
+	}
+	if dup := in.asm.takeDropped(); len(dup) > 0 {
+		in.cur.items = append(in.cur.items, intakeItem{handled: dup})
+	}
+	return nil
+}
+
+func (in *intake) handled(ps ...cdc.Position) {
+	in.cur.items = append(in.cur.items, intakeItem{handled: ps})
+}
+
+// badInput applies the policy to a message that cannot be decoded.
+func (in *intake) badInput(m cdc.Message, err error) error {
+	if in.s.cfg.BadInput != DeadLetter {
+		return err
+	}
+	if werr := in.s.dead.writeMessage(m, err); werr != nil {
+		return fmt.Errorf("sink: %w, for: %w", werr, err)
+	}
+	in.s.deadDecoded.Add(1)
+	in.log.Warn("message dead-lettered", "position", m.Pos.String(), "reason", err)
+	in.handled(m.Pos)
+	return nil
+}
+
+// takeAssembled turns completed source transactions into proposals.
+func (in *intake) takeAssembled() {
+	for _, tx := range in.asm.take() {
+		t, err := in.toTxn(tx)
+		if err != nil {
+			// A change the catalog cannot place: the transaction is bad input
+			// as a whole. Propose it without operations but failing, so the
+			// policy applies to it like to any other.
+			t = mirror.Txn{Source: in.source, ID: tx.ID, Positions: tx.Positions, Raw: tx.Raw, Invalid: err}
+		}
+		in.cur.items = append(in.cur.items, intakeItem{txn: &t})
+	}
+}
+
+
+// toTxn turns a source transaction into operations per bucket.
+func (in *intake) toTxn(tx Txn) (mirror.Txn, error) {
+	buckets := in.s.cfg.Buckets
+	per := make([][]replay.Op, buckets)
+	t := mirror.Txn{Source: in.source, ID: tx.ID, Positions: tx.Positions, Rows: len(tx.Changes), Raw: tx.Raw}
+	snap := in.s.cfg.Catalog.Snapshot()
+	for _, c := range tx.Changes {
+		t.SourceMS = max(t.SourceMS, c.SourceTSms)
+		tb, ok := snap.Table(c.Table)
+		if !ok {
+			return t, fmt.Errorf("%s: table %s is not in the catalog", c.Pos, c.Table)
+		}
+		if c.Op == cdc.OpTruncate {
+			for b := range per {
+				per[b] = append(per[b], replay.Op{Table: tb.ID, Kind: replay.Truncate})
+			}
+			continue
+		}
+		ops, err := toOps(c, tb)
+		if err != nil {
+			return t, fmt.Errorf("%s: %w", c.Pos, err)
+		}
+		for _, op := range ops {
+			b, err := in.bucket(tb, op)
+			if err != nil {
+				return t, fmt.Errorf("%s: %w", c.Pos, err)
+			}
+			per[b] = append(per[b], op)
+		}
+	}
+	for b, ops := range per {
+		if len(ops) > 0 {
+			t.Ops = append(t.Ops, mirror.BucketOps{Bucket: b, Ops: ops})
+		}
+	}
+	return t, nil
+}
+
+// toOps maps one change to replay operations; a primary-key change becomes
+// a delete of the old key and an insert of the new one, and a snapshot read
+// is an upsert (a re-snapshot overwrites the row).
+func toOps(c cdc.Record, t *catalog.Table) ([]replay.Op, error) {
+	keys := t.Schema.KeyColumns()
+	pick := func(row []any) []any {
+		if row == nil {
+			return nil
+		}
+		out := make([]any, len(keys))
+		for i, k := range keys {
+			out[i] = row[k]
+		}
+		return out
+	}
+	switch c.Op {
+	case cdc.OpCreate:
+		return []replay.Op{{Table: t.ID, Kind: replay.Insert, Row: c.After}}, nil
+	case cdc.OpRead:
+		return []replay.Op{{Table: t.ID, Kind: replay.Upsert, Row: c.After}}, nil
+	case cdc.OpDelete:
+		key := c.Key
+		if key == nil {
+			key = pick(c.Before)
+		}
+		return []replay.Op{{Table: t.ID, Kind: replay.Delete, Key: key, Before: c.Before}}, nil
+	case cdc.OpUpdate:
+		newKey := pick(c.After)
+		oldKey := c.Key
+		if c.Before != nil {
+			oldKey = pick(c.Before) // the key in the message is the new one
+		}
+		if oldKey == nil {
+			oldKey = newKey
+		}
+		if !sameKey(oldKey, newKey) {
+			return []replay.Op{
+				{Table: t.ID, Kind: replay.Delete, Key: oldKey, Before: c.Before},
+				{Table: t.ID, Kind: replay.Insert, Row: c.After},
+			}, nil
+		}
+		return []replay.Op{{Table: t.ID, Kind: replay.Update, Key: newKey, Row: c.After, Before: c.Before}}, nil
+	}
+	return nil, fmt.Errorf("op %c", c.Op)
+}
+
+func sameKey(a, b []any) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if ab, ok := a[i].([]byte); ok {
+			bb, ok := b[i].([]byte)
+			if !ok || !bytes.Equal(ab, bb) {
+				return false
+			}
+			continue
+		}
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// bucket hashes an operation's primary key.
+func (in *intake) bucket(t *catalog.Table, op replay.Op) (int, error) {
+	vals := op.Key
+	if op.Kind == replay.Insert || op.Kind == replay.Upsert || vals == nil {
+		keys := t.Schema.KeyColumns()
+		vals = make([]any, len(keys))
+		for i, k := range keys {
+			if k >= len(op.Row) {
+				return 0, fmt.Errorf("row of %s has %d values", t.Name, len(op.Row))
+			}
+			vals[i] = op.Row[k]
+		}
+	}
+	kt := in.keyType[t.ID]
+	if kt == nil {
+		for _, k := range t.Schema.KeyColumns() {
+			kt = append(kt, t.Schema.Columns[k].Type)
+		}
+		in.keyType[t.ID] = kt
+	}
+	enc, err := index.AppendKey(nil, t.PrimaryIndexID, kt, vals)
+	if err != nil {
+		return 0, fmt.Errorf("primary key of %s: %w", t.Name, err)
+	}
+	return replay.BucketOf(enc, in.s.cfg.Buckets), nil
+}
