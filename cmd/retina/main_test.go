@@ -52,8 +52,8 @@ func TestServeFlagsOverrideOnlyWhenGiven(t *testing.T) {
 	}
 	want := server.DefaultConfig()
 	want.DataDir, want.Sources, want.Buckets = "/flag/data", []string{"file:/a", "file:/b"}, 16 // flags
-	want.Replayers, want.DecimalHandling = 3, "string"                                        // environment
-	want.SQLAddr, want.LogFormat = "127.0.0.1:7000", "json"                                    // file
+	want.Replayers, want.DecimalHandling = 3, "string"                                          // environment
+	want.SQLAddr, want.LogFormat = "127.0.0.1:7000", "json"                                     // file
 	if !reflect.DeepEqual(cfg, want) {
 		t.Fatalf("merged config:\n got %+v\nwant %+v", cfg, want)
 	}

@@ -307,7 +307,6 @@ func (in *intake) takeAssembled() {
 	}
 }
 
-
 // toTxn turns a source transaction into operations per bucket.
 func (in *intake) toTxn(tx Txn) (mirror.Txn, error) {
 	buckets := in.s.cfg.Buckets
