@@ -50,7 +50,7 @@ type Node struct {
 }
 
 // OpenNode opens every component on the data directory.
-func OpenNode(ctx context.Context, cfg NodeConfig) (n *Node, err error) {
+func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	if cfg.DataDir == "" {
 		cfg.DataDir = "retina-data"
 	}
@@ -79,9 +79,9 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (n *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n = &Node{Config: cfg, log: cfg.Logger}
+	n := &Node{Config: cfg, log: cfg.Logger}
 	defer func() {
-		if err != nil {
+		if err != nil { // close what was opened
 			n.Close(context.Background())
 		}
 	}()
