@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
 
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/lake"
@@ -67,24 +70,36 @@ func memLake(t *testing.T) *lake.Store {
 }
 
 // TestViewsNeverMissOrDoubleRows: while appends, flushes and combinations
-// run, every view of every file covers exactly the rows appended before it,
-// each offset once, and its flushed objects stay readable until release.
+// run, every view of the files holding the rows appended so far shows each
+// of those rows exactly once, by content: in memory, in flushed block
+// objects or in the combined file, before and after combinations, never in
+// two places at once, and its objects stay readable until release. The
+// appender waits for a view every few rows, so views and combinations
+// interleave however fast the machine is.
 func TestViewsNeverMissOrDoubleRows(t *testing.T) {
+	const rows, viewEvery = 3000, 50
 	store := memLake(t)
 	b, _ := newBuffer(t, store, 32, 4)
 	ctx := context.Background()
-	var appended atomic.Int64
+	var mu sync.Mutex
+	var fileOf []uint64 // row i was appended to file fileOf[i]
+	viewed := make(chan struct{}, 1)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		defer close(stop)
-		for i := range 3000 {
-			row := []any{int64(i), nil}
-			if _, err := b.Append(ctx, uint64(i+1), [][]any{row}); err != nil {
+		for i := range rows {
+			if i%viewEvery == 0 && i > 0 {
+				<-viewed
+			}
+			runs, err := b.Append(ctx, uint64(i+1), [][]any{{int64(i), nil}})
+			if err != nil {
 				t.Error(err)
 				return
 			}
-			appended.Add(1)
+			mu.Lock()
+			fileOf = append(fileOf, runs[0].File.ID())
+			mu.Unlock()
 		}
 	})
 	views := 0
@@ -94,57 +109,90 @@ func TestViewsNeverMissOrDoubleRows(t *testing.T) {
 			done = true
 		default:
 		}
-		before := appended.Load()
-		v := b.View(b.VirtualFiles()...)
-		seen := int64(0)
+		mu.Lock()
+		before := len(fileOf)
+		ids := slices.Compact(slices.Clone(fileOf))
+		mu.Unlock()
+		v := b.View(ids...)
+		seen := map[int64]int{}
 		for _, fv := range v.Files {
-			if fv.Regular {
-				// Combined: all its rows are in the regular object.
-				if _, err := store.Size(ctx, fv.Key); err != nil {
-					t.Fatalf("combined file %d unreadable: %v", fv.FileID, err)
-				}
-				if fv.Vis != nil {
-					seen += int64(fv.Vis.Rows())
-				}
-				continue
+			for _, id := range viewRows(t, store, fv) {
+				seen[id]++
 			}
-			next := uint32(0)
-			for _, bv := range fv.Blocks {
-				if bv.First != next {
-					t.Fatalf("file %d: block at %d, expected %d (gap or overlap)", fv.FileID, bv.First, next)
-				}
-				rows := 0
-				for _, r := range bv.Records {
-					rows += int(r.NumRows())
-				}
-				if bv.Records == nil {
-					if _, err := store.Size(ctx, bv.Key); err != nil {
-						t.Fatalf("flushed block %s unreadable inside a view: %v", bv.Key, err)
-					}
-					rows = bv.Rows
-				}
-				if rows != bv.Rows {
-					t.Fatalf("block at %d: records hold %d rows, view says %d", bv.First, rows, bv.Rows)
-				}
-				next += uint32(rows)
-			}
-			seen += int64(next)
-		}
-		// Files already cleaned are not listed; count only when none were.
-		if st := b.Stats(); st.Combined == 0 && seen < before {
-			t.Fatalf("view shows %d rows, %d were appended before it", seen, before)
 		}
 		v.Release()
+		for id, n := range seen {
+			if n > 1 {
+				t.Fatalf("view %d: row %d shows %d times", views, id, n)
+			}
+		}
+		for i := range int64(before) {
+			if seen[i] != 1 {
+				t.Fatalf("view %d: row %d, appended before it, is missing (%d rows appended)", views, i, before)
+			}
+		}
 		views++
+		select {
+		case viewed <- struct{}{}:
+		default:
+		}
 	}
 	wg.Wait()
 	if err := b.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	st := b.Stats()
-	if st.Combined < 20 || views < 10 {
-		t.Fatalf("too little happened: %+v, %d views", st, views)
+	// Every full file was combined: rows / (32 × 4) of them.
+	if st := b.Stats(); st.Combined != rows/(32*4) {
+		t.Fatalf("%d files combined, want %d: %+v", st.Combined, rows/(32*4), st)
 	}
+	t.Logf("%d views", views)
+}
+
+// viewRows reads the ids of every row a file view shows, wherever they are.
+func viewRows(t *testing.T, store *lake.Store, fv FileView) []int64 {
+	t.Helper()
+	var ids []int64
+	read := func(key string) {
+		r, err := store.ReaderAt(context.Background(), key)
+		if err != nil {
+			t.Fatalf("file %d: object %s unreadable inside a view: %v", fv.FileID, key, err)
+		}
+		f, err := lake.OpenFile(r, nil)
+		if err != nil {
+			t.Fatalf("object %s: %v", key, err)
+		}
+		defer f.Close()
+		for g := range f.RowGroups() {
+			rec, err := f.ReadRowGroup(context.Background(), g, []int{0}, false)
+			if err != nil {
+				t.Fatalf("object %s: %v", key, err)
+			}
+			ids = append(ids, rec.Column(0).(*array.Int64).Int64Values()...)
+			rec.Release()
+		}
+	}
+	if fv.Regular {
+		read(fv.Key)
+		return ids
+	}
+	next := uint32(0)
+	for _, bv := range fv.Blocks {
+		if bv.First != next {
+			t.Fatalf("file %d: block at %d, expected %d (gap or overlap)", fv.FileID, bv.First, next)
+		}
+		n := len(ids)
+		if bv.Records == nil {
+			read(bv.Key)
+		}
+		for _, r := range bv.Records {
+			ids = append(ids, r.Column(0).(*array.Int64).Int64Values()...)
+		}
+		if len(ids)-n != bv.Rows {
+			t.Fatalf("file %d block at %d: %d rows, the view says %d", fv.FileID, bv.First, len(ids)-n, bv.Rows)
+		}
+		next += uint32(bv.Rows)
+	}
+	return ids
 }
 
 // TestFailedUploadsRetryWithoutStalling: while uploads fail the blocks stay
