@@ -574,6 +574,13 @@ func (c *Core) Drain(err error) {
 // stop drains with an error.
 func (c *Core) stop(err error) { c.Drain(err) }
 
+// Fail ends the core at once because its driver cannot go on (an event it
+// could not deliver, a record it could not write): what is in flight may be
+// half applied, so the replay state is unclean.
+func (c *Core) Fail(err error) {
+	c.fatal(fmt.Errorf("%w: %w", ErrUnclean, err))
+}
+
 // fatal ends at once: what is in flight can neither commit nor be undone.
 func (c *Core) fatal(err error) {
 	if c.done {

@@ -104,15 +104,16 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 	if len(s.sources) > 0 {
 		decimals, _ := cdc.ParseDecimalMode(cfg.DecimalHandling)
 		srcs := make([]cdc.Source, len(s.sources))
+		names := make([]string, len(s.sources))
 		for i, src := range s.sources {
-			srcs[i] = src.src
+			srcs[i], names[i] = src.src, src.uri
 		}
 		replayers := make([]sink.Replayer, len(node.Replayers))
 		for j, rp := range node.Replayers {
 			replayers[j] = rp
 		}
 		s.sink, err = sink.New(sink.Config{
-			Sources: srcs, Catalog: node.Catalog, Txn: node.Txn, Replayers: replayers, Buckets: node.Config.Buckets,
+			Sources: srcs, SourceNames: names, Catalog: node.Catalog, Txn: node.Txn, Replayers: replayers, Buckets: node.Config.Buckets,
 			BadInput: sink.Policy(cfg.BadInput), DeadLetterPath: cfg.DeadLetter, Start: starts,
 			Decoder: cdc.DecoderOptions{Decimals: decimals}, Collector: node, Logger: log,
 		})

@@ -73,11 +73,8 @@ func (d *deadLetters) writeMessage(m cdc.Message, reason error) error {
 }
 
 // writeTxn records a transaction set aside whole.
-func (d *deadLetters) writeTxn(sources []cdc.Source, r mirror.Rejected) error {
-	rec := deadTxn{Transaction: r.Txn.ID, Timestamp: r.TS, Reason: r.Err.Error(), Positions: r.Txn.Positions}
-	if n, ok := sources[r.Txn.Source].(interface{ Name() string }); ok {
-		rec.Source = n.Name()
-	}
+func (d *deadLetters) writeTxn(source string, r mirror.Rejected) error {
+	rec := deadTxn{Transaction: r.Txn.ID, Source: source, Timestamp: r.TS, Reason: r.Err.Error(), Positions: r.Txn.Positions}
 	for _, m := range r.Txn.Raw {
 		rec.Messages = append(rec.Messages, messageRecord(m, ""))
 	}

@@ -59,10 +59,12 @@ type Collector interface {
 type Config struct {
 	// Sources are read in parallel; their transactions get timestamps in
 	// the order they are assembled.
-	Sources   []cdc.Source
-	Catalog   Catalog
-	Txn       txn.Service
-	Replayers []Replayer
+	Sources []cdc.Source
+	// SourceNames name them (their URIs) in dead-letter records; optional.
+	SourceNames []string
+	Catalog     Catalog
+	Txn         txn.Service
+	Replayers   []Replayer
 	// Buckets shard operations by primary-key hash; bucket b goes to
 	// replayer b mod len(Replayers) (default 16).
 	Buckets int
@@ -273,7 +275,7 @@ func (d *driver) run(ctx context.Context) error {
 			d.take(b)
 		case e := <-d.events:
 			if err := e(s.core); err != nil {
-				s.log.Error("the mirror core refused an event", "err", err)
+				s.core.Fail(fmt.Errorf("sink: the mirror core refused an event: %w", err))
 			}
 		case <-tick.C:
 			if w, err := s.cfg.Txn.Watermarks(d.work); err == nil {
@@ -283,12 +285,19 @@ func (d *driver) run(ctx context.Context) error {
 			stop = nil
 			s.core.Drain(nil)
 		}
-		rd := s.core.Ready()
-		d.exec(rd)
+		// Carrying out a Ready can feed the core (a failed write drains it):
+		// take Readys until there is nothing left to do.
+		done := false
+		for rd := s.core.Ready(); !rd.Empty(); rd = s.core.Ready() {
+			d.exec(rd)
+			if rd.Done {
+				done, result = true, rd.Err
+				break
+			}
+		}
 		st := s.core.Stats()
 		s.coreStats.Store(&st)
-		if rd.Done {
-			result = rd.Err
+		if done {
 			break
 		}
 	}
@@ -311,7 +320,8 @@ func (d *driver) run(ctx context.Context) error {
 func (d *driver) take(b intakeBatch) {
 	c := d.core
 	if err := c.Read(b.source, b.read); err != nil {
-		d.s.log.Error("read", "err", err)
+		c.Fail(fmt.Errorf("sink: the mirror core refused input of source %d: %w", b.source, err))
+		return
 	}
 	for _, it := range b.items {
 		var err error
@@ -326,7 +336,8 @@ func (d *driver) take(b intakeBatch) {
 			err = c.Handled(b.source, it.handled)
 		}
 		if err != nil {
-			d.s.log.Error("the mirror core refused a transaction", "err", err)
+			c.Fail(fmt.Errorf("sink: the mirror core refused input of source %d: %w", b.source, err))
+			return
 		}
 	}
 }
@@ -335,10 +346,10 @@ func (d *driver) take(b intakeBatch) {
 func (d *driver) exec(rd mirror.Ready) {
 	s := d.s
 	for _, r := range rd.DeadLetters {
-		if err := s.dead.writeTxn(s.cfg.Sources, r); err != nil {
+		if err := s.dead.writeTxn(s.sourceName(r.Txn.Source), r); err != nil {
 			// Nothing may be lost: without its record the transaction
-			// cannot count as handled.
-			d.core.Drain(fmt.Errorf("%w: %v", mirror.ErrUnclean, err))
+			// cannot count as handled, so no position may be saved.
+			d.core.Fail(fmt.Errorf("sink: set aside transaction %s: %w", r.Txn.ID, err))
 		}
 		s.log.Warn("transaction dead-lettered", "txn", r.Txn.ID, "position", firstPos(r.Txn.Positions), "reason", r.Err)
 	}
@@ -391,6 +402,13 @@ func (d *driver) exec(rd mirror.Ready) {
 	if rd.Done && rd.Err != nil {
 		s.log.Error("ingestion stopped", "err", rd.Err)
 	}
+}
+
+func (s *Sink) sourceName(i int) string {
+	if i < len(s.cfg.SourceNames) {
+		return s.cfg.SourceNames[i]
+	}
+	return ""
 }
 
 func firstPos(ps []cdc.Position) string {
