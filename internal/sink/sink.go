@@ -220,16 +220,8 @@ type driver struct {
 
 	buckets   []*bucketQueue
 	bucketWG  sync.WaitGroup
-	committer *queue[commitItem]
-	commitWG  sync.WaitGroup
 	gc        chan uint64
 	gcWG      sync.WaitGroup
-	bg        sync.WaitGroup // the granter
-}
-
-type commitItem struct {
-	commit bool
-	ts     []uint64
 }
 
 func newDriver(s *Sink) *driver {
@@ -353,11 +345,20 @@ func (d *driver) exec(rd mirror.Ready) {
 		}
 		s.log.Warn("transaction dead-lettered", "txn", r.Txn.ID, "position", firstPos(r.Txn.Positions), "reason", r.Err)
 	}
+	// The transaction service is called from the driver itself: in process
+	// it answers in microseconds, and a commit reaches HWM without waiting
+	// for another goroutine to be scheduled.
 	if len(rd.Commit) > 0 {
-		d.committer.push(commitItem{commit: true, ts: rd.Commit})
+		if err := s.cfg.Txn.CommitMirror(context.WithoutCancel(d.work), rd.Commit...); err != nil {
+			d.core.CommitFailed(err)
+		} else if err := d.core.Committed(rd.Commit); err != nil {
+			d.core.Fail(fmt.Errorf("sink: %w", err))
+		}
 	}
 	if len(rd.Abort) > 0 {
-		d.committer.push(commitItem{ts: rd.Abort})
+		if err := s.cfg.Txn.AbandonMirror(context.WithoutCancel(d.work), rd.Abort...); err != nil {
+			s.log.Error("aborting timestamps failed", "ts", len(rd.Abort), "err", err)
+		}
 	}
 	for i := range rd.Sends {
 		snd := &rd.Sends[i]
@@ -371,15 +372,12 @@ func (d *driver) exec(rd mirror.Ready) {
 		}
 	}
 	if rd.Request > 0 {
-		n := rd.Request
-		d.bg.Go(func() {
-			r, err := s.cfg.Txn.BeginMirror(d.work, n)
-			if err != nil {
-				d.send(func(c *mirror.Core) error { c.GrantFailed(err); return nil })
-				return
-			}
-			d.send(func(c *mirror.Core) error { return c.Grant(r.First, r.N) })
-		})
+		r, err := s.cfg.Txn.BeginMirror(d.work, rd.Request)
+		if err != nil {
+			d.core.GrantFailed(err)
+		} else if err := d.core.Grant(r.First, r.N); err != nil {
+			d.core.Fail(fmt.Errorf("sink: %w", err))
+		}
 	}
 	if rd.Checkpoint != nil && s.cfg.Checkpoints != nil {
 		if err := s.cfg.Checkpoints.Save(rd.Checkpoint); err != nil {
@@ -420,8 +418,6 @@ func firstPos(ps []cdc.Position) string {
 
 func (d *driver) startWorkers() {
 	s := d.s
-	d.committer = newQueue[commitItem]()
-	d.commitWG.Go(d.commitLoop)
 	for b := range s.cfg.Buckets {
 		q := newBucketQueue()
 		d.buckets = append(d.buckets, q)
@@ -437,8 +433,7 @@ func (d *driver) startWorkers() {
 	}
 }
 
-// stopWorkers ends the goroutines. After a clean end nothing is queued but
-// aborts, which the committer still carries out so HWM passes them.
+// stopWorkers ends the goroutines.
 func (d *driver) stopWorkers(result error) {
 	if errors.Is(result, mirror.ErrUnclean) {
 		d.cancel() // what is queued can no longer be made whole
@@ -448,36 +443,17 @@ func (d *driver) stopWorkers(result error) {
 	}
 	d.bucketWG.Wait()
 	d.cancel()
-	d.bg.Wait()
-	d.committer.close()
-	d.commitWG.Wait()
 	close(d.gc)
 	d.gcWG.Wait()
 }
 
-// commitLoop hands commits and aborts to the transaction service in order.
-func (d *driver) commitLoop() {
-	ctx := context.WithoutCancel(d.work)
-	for {
-		items, ok := d.committer.take()
-		if !ok {
-			return
-		}
-		for _, it := range items {
-			if it.commit {
-				if err := d.s.cfg.Txn.CommitMirror(ctx, it.ts...); err != nil {
-					d.send(func(c *mirror.Core) error { c.CommitFailed(err); return nil })
-					continue
-				}
-				d.send(func(c *mirror.Core) error { return c.Committed(it.ts) })
-				continue
-			}
-			if err := d.s.cfg.Txn.AbandonMirror(ctx, it.ts...); err != nil {
-				d.s.log.Error("aborting timestamps failed", "ts", len(it.ts), "err", err)
-			}
-		}
-	}
-}
+// A bucket merges what is queued into one Apply call, up to these bounds:
+// a larger call amortises more, but every transaction in it waits for the
+// whole call before it can commit.
+const (
+	maxMergedSends = 64
+	maxMergedOps   = 4096
+)
 
 // bucketLoop applies one bucket's operations in order, merging what is
 // queued into one Apply call, and carries out rollbacks.
@@ -502,7 +478,7 @@ func (d *driver) bucketLoop(bucket int, r Replayer, q *bucketQueue) {
 			j := i
 			var ops []replay.Op
 			stable := uint64(0)
-			for ; j < len(items) && items[j].send != nil && len(ops) < 4096; j++ {
+			for ; j < len(items) && items[j].send != nil && j-i < maxMergedSends && len(ops) < maxMergedOps; j++ {
 				ops = append(ops, items[j].send.Ops...)
 				stable = max(stable, items[j].send.Stable)
 			}
