@@ -460,21 +460,7 @@ func (w *world) oracle() (state map[int64]int64, resolved int, failedAt string) 
 		if w.committed[t.id] == 0 && !w.deadLettered[t.id] {
 			return state, i, failedAt
 		}
-		next := maps.Clone(state)
-		ok := true
-		for _, o := range t.ops {
-			switch {
-			case o.kind == replay.Truncate:
-				clear(next)
-			case o.kind == invalidOp, o.kind == replay.Insert && hasKey(next, o.key),
-				(o.kind == replay.Update || o.kind == replay.Delete) && !hasKey(next, o.key):
-				ok = false
-			case o.kind == replay.Delete:
-				delete(next, o.key)
-			default:
-				next[o.key] = o.val
-			}
-		}
+		next, ok := applySource(state, t)
 		if ok {
 			state = next
 		} else if failedAt == "" {
@@ -485,6 +471,26 @@ func (w *world) oracle() (state map[int64]int64, resolved int, failedAt string) 
 }
 
 func hasKey(m map[int64]int64, k int64) bool { _, ok := m[k]; return ok }
+
+// applySource applies a source transaction's operations to a copy of
+// state; ok is false when one of them cannot be applied.
+func applySource(state map[int64]int64, t srcTxn) (next map[int64]int64, ok bool) {
+	next, ok = maps.Clone(state), true
+	for _, o := range t.ops {
+		switch {
+		case o.kind == replay.Truncate:
+			clear(next)
+		case o.kind == invalidOp, o.kind == replay.Insert && hasKey(next, o.key),
+			(o.kind == replay.Update || o.kind == replay.Delete) && !hasKey(next, o.key):
+			ok = false
+		case o.kind == replay.Delete:
+			delete(next, o.key)
+		default:
+			next[o.key] = o.val
+		}
+	}
+	return next, ok
+}
 
 // check compares the world with the oracle; it returns what is wrong.
 func (w *world) check() error {
@@ -538,21 +544,9 @@ func (w *world) appliesAfter(i int, in func(id string) bool) bool {
 		if j < i && !in(t.id) {
 			continue
 		}
-		next := maps.Clone(state)
-		for _, o := range t.ops {
-			switch {
-			case o.kind == replay.Truncate:
-				clear(next)
-			case o.kind == invalidOp, o.kind == replay.Insert && hasKey(next, o.key),
-				(o.kind == replay.Update || o.kind == replay.Delete) && !hasKey(next, o.key):
-				if j == i {
-					return false
-				}
-			case o.kind == replay.Delete:
-				delete(next, o.key)
-			default:
-				next[o.key] = o.val
-			}
+		next, ok := applySource(state, t)
+		if j == i {
+			return ok
 		}
 		state = next
 	}
