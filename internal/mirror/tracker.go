@@ -30,17 +30,43 @@ type tracker struct {
 	base    map[string]int64 // resume offsets of the checkpoint we started from
 }
 
+// streamState holds one stream's offsets seen and not yet compacted away,
+// ascending and unique, each with whether it is done. Offsets of a stream
+// mostly come in order, so this is appends and binary searches rather than
+// a map entry per message.
 type streamState struct {
-	pending []int64 // offsets seen and not yet applied, ascending
-	done    map[int64]bool
-	next    int64 // one past the last offset seen
+	offs []int64
+	done []bool
+	next int64 // one past the last offset seen
+}
+
+// find is the index of off in offs, or where it goes.
+func (st *streamState) find(off int64) (int, bool) {
+	if n := len(st.offs); n > 0 && st.offs[n-1] == off {
+		return n - 1, true
+	}
+	return slices.BinarySearch(st.offs, off)
+}
+
+// add records off (seen, or done without having been seen).
+func (st *streamState) add(off int64, done bool) {
+	if n := len(st.offs); n == 0 || off > st.offs[n-1] {
+		st.offs, st.done = append(st.offs, off), append(st.done, done)
+		return
+	}
+	i, found := st.find(off)
+	if found {
+		st.done[i] = st.done[i] || done
+		return
+	}
+	st.offs, st.done = slices.Insert(st.offs, i, off), slices.Insert(st.done, i, done)
 }
 
 func newTracker(cp Checkpoint) *tracker {
 	t := &tracker{streams: map[string]*streamState{}, applied: map[string]map[string]int64{}, base: map[string]int64{}}
 	for s, off := range cp.Resume {
 		t.base[s] = off
-		t.streams[s] = &streamState{done: map[int64]bool{}, next: off}
+		t.streams[s] = &streamState{next: off}
 	}
 	for _, a := range cp.Applied {
 		t.applied[a.ID] = a.Max
@@ -51,7 +77,7 @@ func newTracker(cp Checkpoint) *tracker {
 func (t *tracker) stream(name string) *streamState {
 	st := t.streams[name]
 	if st == nil {
-		st = &streamState{done: map[int64]bool{}}
+		st = &streamState{}
 		t.streams[name] = st
 	}
 	return st
@@ -71,7 +97,7 @@ func (t *tracker) seen(ps []cdc.Position) {
 			continue
 		}
 		st := t.stream(p.Stream)
-		st.pending = append(st.pending, p.Offset)
+		st.add(p.Offset, false)
 		st.next = max(st.next, p.Offset+1)
 	}
 }
@@ -79,8 +105,14 @@ func (t *tracker) seen(ps []cdc.Position) {
 // done marks messages applied, or set aside for good.
 func (t *tracker) done(ps []cdc.Position) {
 	for _, p := range ps {
-		if !t.below(p) {
-			t.stream(p.Stream).done[p.Offset] = true
+		if t.below(p) {
+			continue
+		}
+		st := t.stream(p.Stream)
+		if i, found := st.find(p.Offset); found {
+			st.done[i] = true
+		} else {
+			st.add(p.Offset, true)
 		}
 	}
 }
@@ -114,12 +146,11 @@ func (t *tracker) compact() {
 	resume := map[string]int64{}
 	for name, st := range t.streams {
 		i := 0
-		for i < len(st.pending) && st.done[st.pending[i]] {
-			delete(st.done, st.pending[i])
+		for i < len(st.offs) && st.done[i] {
 			i++
 		}
 		if i > 0 {
-			st.pending = slices.Delete(st.pending, 0, i)
+			st.offs, st.done = slices.Delete(st.offs, 0, i), slices.Delete(st.done, 0, i)
 		}
 		resume[name] = st.resumeAt()
 	}
@@ -135,8 +166,8 @@ func (t *tracker) compact() {
 }
 
 func (st *streamState) resumeAt() int64 {
-	for _, off := range st.pending {
-		if !st.done[off] {
+	for i, off := range st.offs {
+		if !st.done[i] {
 			return off
 		}
 	}
