@@ -218,10 +218,10 @@ type driver struct {
 	work    context.Context
 	cancel  context.CancelFunc
 
-	buckets   []*bucketQueue
-	bucketWG  sync.WaitGroup
-	gc        chan uint64
-	gcWG      sync.WaitGroup
+	buckets  []*bucketQueue
+	bucketWG sync.WaitGroup
+	gc       chan uint64
+	gcWG     sync.WaitGroup
 }
 
 func newDriver(s *Sink) *driver {
