@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/failpoint"
 	"github.com/retinadb/retina/internal/lake"
 	"github.com/retinadb/retina/internal/visibility"
 )
@@ -67,7 +69,10 @@ type Config struct {
 	OnNewFile func(*VirtualFile) error
 	// TileSize of the files' visibility (default visibility.DefaultTileSize).
 	TileSize int
-	Logger   *slog.Logger
+	// Failpoints, when set, can stop the process inside a flush or a
+	// combination (crash tests).
+	Failpoints *failpoint.Set
+	Logger     *slog.Logger
 }
 
 // RegularKey is the object key of a table's regular file.
@@ -76,7 +81,20 @@ func RegularKey(table uint32, file uint64) string {
 }
 
 func blockKey(table uint32, file uint64, first uint32) string {
-	return fmt.Sprintf("t%d/v%d/b%08d.parquet", table, file, first)
+	return fmt.Sprintf("%sb%08d.parquet", BlockPrefix(table, file), first)
+}
+
+// BlockPrefix is the object-key prefix of a virtual file's block objects.
+func BlockPrefix(table uint32, file uint64) string { return fmt.Sprintf("t%d/v%d/", table, file) }
+
+// BlockFirst reads the offset of a block's first row from its object key.
+func BlockFirst(key string) (uint32, bool) {
+	i := strings.LastIndexByte(key, '/')
+	var first uint32
+	if n, err := fmt.Sscanf(key[i+1:], "b%08d.parquet", &first); err != nil || n != 1 || !strings.HasSuffix(key, ".parquet") {
+		return 0, false
+	}
+	return first, true
 }
 
 // block is a sealed run of rows of one virtual file.
@@ -154,6 +172,7 @@ type Buffer struct {
 	queue       []*block // sealed blocks not yet durable, in order
 	unflushed   int64
 	stats       Stats
+	flushed     chan struct{} // closed (and replaced) whenever a block becomes durable
 	closed      bool
 	bg          sync.WaitGroup
 	stop        chan struct{}
@@ -186,11 +205,12 @@ func New(cfg Config) (*Buffer, error) {
 		return nil, fmt.Errorf("writebuffer: file capacity %d rows exceeds 2^32", cap)
 	}
 	b := &Buffer{
-		cfg:    cfg,
-		schema: lake.FileSchema(Schema(cfg.Columns)),
-		log:    cfg.Logger.With("table", cfg.TableID),
-		files:  map[uint64]*VirtualFile{},
-		stop:   make(chan struct{}),
+		cfg:     cfg,
+		schema:  lake.FileSchema(Schema(cfg.Columns)),
+		log:     cfg.Logger.With("table", cfg.TableID),
+		files:   map[uint64]*VirtualFile{},
+		stop:    make(chan struct{}),
+		flushed: make(chan struct{}),
 	}
 	for _, c := range cfg.Columns {
 		b.apps = append(b.apps, appenderFor(c.Type))
@@ -369,7 +389,11 @@ func (b *Buffer) flushWorker() {
 		blk.flying = true
 		b.mu.Unlock()
 		key := blockKey(b.cfg.TableID, blk.file.id, blk.first)
+		b.cfg.Failpoints.Hit(failpoint.FlushBeforeUpload)
 		err := b.upload(key, blk.segs, int64(blk.rows))
+		if err == nil {
+			b.cfg.Failpoints.Hit(failpoint.FlushAfterUpload)
+		}
 		b.mu.Lock()
 		blk.flying = false
 		if err != nil {
@@ -387,6 +411,8 @@ func (b *Buffer) flushWorker() {
 		blk.segs = nil
 		b.unflushed -= blk.bytes
 		b.stats.Flushed++
+		close(b.flushed)
+		b.flushed = make(chan struct{})
 		b.dequeue(blk)
 		b.maybeCombine(blk.file)
 		b.work.Broadcast()
@@ -463,11 +489,13 @@ func (b *Buffer) maybeCombine(f *VirtualFile) {
 func (b *Buffer) combine(f *VirtualFile, keys []string) {
 	ctx := context.Background()
 	for attempt := 1; ; attempt++ {
-		groups, err := b.writeCombined(ctx, f, keys)
+		groups, err := CombineBlocks(ctx, b.cfg.Lake, b.schema, b.cfg.TableID, f.id, keys, int64(f.capacity))
 		if err == nil {
+			b.cfg.Failpoints.Hit(failpoint.CombineBeforeCatalog)
 			_, err = b.cfg.Catalog.SetFileState(ctx, f.id, catalog.Regular, groups)
 		}
 		if err == nil {
+			b.cfg.Failpoints.Hit(failpoint.CombineAfterCatalog)
 			break
 		}
 		b.mu.Lock()
@@ -492,11 +520,15 @@ func (b *Buffer) combine(f *VirtualFile, keys []string) {
 	b.mu.Unlock()
 }
 
-func (b *Buffer) writeCombined(ctx context.Context, f *VirtualFile, keys []string) ([]lake.RowGroupMeta, error) {
+// CombineBlocks writes block objects, in order, as one regular file with
+// row groups of up to groupRows rows under the file's regular key, and
+// returns its row groups. The blocks stay; the caller deletes them once the
+// catalog names the regular file.
+func CombineBlocks(ctx context.Context, l Lake, schema *arrow.Schema, table uint32, file uint64, keys []string, groupRows int64) ([]lake.RowGroupMeta, error) {
 	blocks := make([][]byte, len(keys))
 	size := 0
 	for i, key := range keys {
-		data, err := b.cfg.Lake.Get(ctx, key)
+		data, err := l.Get(ctx, key)
 		if err != nil {
 			return nil, err
 		}
@@ -505,43 +537,48 @@ func (b *Buffer) writeCombined(ctx context.Context, f *VirtualFile, keys []strin
 	}
 	var buf bytes.Buffer
 	buf.Grow(size) // zstd output is smaller than the snappy blocks
-	w, err := lake.NewFileWriter(&buf, b.schema, lake.WriterOptions{RowGroupRows: int64(f.capacity)})
+	w, err := lake.NewFileWriter(&buf, schema, lake.WriterOptions{RowGroupRows: groupRows})
 	if err != nil {
 		return nil, err
 	}
 	for i, key := range keys {
-		data := blocks[i]
-		pf, err := lake.OpenFile(bytes.NewReader(data), nil)
-		if err != nil {
-			return nil, fmt.Errorf("block %s: %w", key, err)
+		if err := copyBlock(ctx, w, key, blocks[i]); err != nil {
+			return nil, err
 		}
-		all := make([]int, pf.Schema().NumFields())
-		for i := range all {
-			all[i] = i
-		}
-		for g := range pf.RowGroups() {
-			rec, err := pf.ReadRowGroup(ctx, g, all, true)
-			if err != nil {
-				pf.Close()
-				return nil, fmt.Errorf("block %s: %w", key, err)
-			}
-			err = w.Write(rec)
-			rec.Release()
-			if err != nil {
-				pf.Close()
-				return nil, err
-			}
-		}
-		pf.Close()
 	}
 	groups, err := w.Close()
 	if err != nil {
 		return nil, err
 	}
-	if err := b.cfg.Lake.Put(ctx, RegularKey(b.cfg.TableID, f.id), buf.Bytes()); err != nil {
+	if err := l.Put(ctx, RegularKey(table, file), buf.Bytes()); err != nil {
 		return nil, err
 	}
 	return groups, nil
+}
+
+// copyBlock appends every row of one block object to w.
+func copyBlock(ctx context.Context, w *lake.FileWriter, key string, data []byte) error {
+	pf, err := lake.OpenFile(bytes.NewReader(data), nil)
+	if err != nil {
+		return fmt.Errorf("block %s: %w", key, err)
+	}
+	defer pf.Close()
+	all := make([]int, pf.Schema().NumFields())
+	for i := range all {
+		all[i] = i
+	}
+	for g := range pf.RowGroups() {
+		rec, err := pf.ReadRowGroup(ctx, g, all, true)
+		if err != nil {
+			return fmt.Errorf("block %s: %w", key, err)
+		}
+		err = w.Write(rec)
+		rec.Release()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // maybeClean deletes a combined file's small objects once no view holds
@@ -627,6 +664,8 @@ func (b *Buffer) Close(ctx context.Context) error {
 	b.mu.Lock()
 	b.closed = true
 	b.work.Broadcast()
+	close(b.flushed)
+	b.flushed = make(chan struct{})
 	b.mu.Unlock()
 	close(b.stop)
 	b.bg.Wait()

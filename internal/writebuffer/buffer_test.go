@@ -271,3 +271,52 @@ func TestAppendRejectsBadRows(t *testing.T) {
 		t.Fatalf("a rejected batch created a file: %+v", st)
 	}
 }
+
+// TestSealWaitsForWhatWasSealed: Seal puts every row appended so far in a
+// sealed block and reports each virtual file's rows; Wait returns once
+// those blocks are durable, and not before (uploads failing hold it).
+func TestSealWaitsForWhatWasSealed(t *testing.T) {
+	fl := &flakyLake{Store: memLake(t)}
+	b, _ := newBuffer(t, fl, 16, 4)
+	ctx := context.Background()
+	for i := range 100 {
+		if _, err := b.Append(ctx, uint64(i+1), [][]any{{int64(i), nil}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fl.failing.Store(true)
+	sealed := b.Seal()
+	total := 0
+	for _, rows := range sealed.Files {
+		total += rows
+	}
+	if total != 100 || len(sealed.Files) != 2 || sealed.Capacity != 64 {
+		t.Fatalf("sealed %v (capacity %d), want 100 rows in 2 files of 64", sealed.Files, sealed.Capacity)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := sealed.Wait(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait returned %v while the blocks could not be uploaded", err)
+	}
+	fl.failing.Store(false)
+	long, cancel2 := context.WithTimeout(ctx, time.Minute)
+	defer cancel2()
+	if err := sealed.Wait(long); err != nil {
+		t.Fatal(err)
+	}
+	// Every sealed row is in an object: a file's blocks or its combined file.
+	for id, rows := range sealed.Files {
+		v := b.View(id)
+		fv := v.Files[0]
+		got := len(viewRows(t, fl.Store, fv))
+		v.Release()
+		if got < rows {
+			t.Fatalf("file %d: %d rows durable, %d sealed", id, got, rows)
+		}
+		for _, bv := range fv.Blocks {
+			if bv.Records != nil && int(bv.First) < rows {
+				t.Fatalf("file %d: the block at %d is still only in memory", id, bv.First)
+			}
+		}
+	}
+}
