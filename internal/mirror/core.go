@@ -66,9 +66,14 @@ type Config struct {
 	// MaxQueued bounds the assembled transactions waiting for timestamps
 	// (default 4096); CanPropose is false at it.
 	MaxQueued int
-	// CheckpointOnCommit asks for a checkpoint after every commit
-	// acknowledgement (for replayers whose state outlives the sink).
+	// CheckpointOnCommit asks for the sources' resume points after every
+	// commit acknowledgement (for replayers whose state outlives the sink).
 	CheckpointOnCommit bool
+	// A replay checkpoint is taken every CheckpointTicks ticks, or after
+	// CheckpointCommits commits, whichever comes first, when anything
+	// committed since the last one (0 turns a trigger off).
+	CheckpointTicks   int
+	CheckpointCommits int
 	// Start holds each source's resume point (one per source).
 	Start []Checkpoint
 }
@@ -115,6 +120,10 @@ type Stats struct {
 	HWM uint64
 	// LWM as of the last tick.
 	LWM uint64
+	// Checkpoints counts the replay checkpoints persisted; CheckpointTS is
+	// the newest one's timestamp.
+	Checkpoints  uint64
+	CheckpointTS uint64
 }
 
 // TxnError is why a transaction was not applied.
@@ -183,8 +192,29 @@ type Core struct {
 	done     bool
 
 	collected uint64
+	ckpt      checkpointState
 	ready     Ready
 	stats     Stats
+}
+
+// A replay checkpoint goes through phases: dispatch stops until nothing is
+// in flight (quiescing), the driver captures the state at that exact
+// timestamp (sealing), dispatch resumes while the driver writes it out
+// (writing).
+type ckptPhase uint8
+
+const (
+	ckptIdle ckptPhase = iota
+	ckptQuiescing
+	ckptSealing
+	ckptWriting
+)
+
+type checkpointState struct {
+	phase   ckptPhase
+	ticks   int    // since the last checkpoint
+	commits uint64 // since the last checkpoint
+	ts      uint64 // of the checkpoint under way
 }
 
 // New makes a core.
@@ -291,7 +321,7 @@ func (c *Core) Propose(txn Txn) error {
 
 // maybeRequest asks for timestamps for the head of the queue.
 func (c *Core) maybeRequest() {
-	if c.requested > 0 || c.rb != nil || c.draining {
+	if c.requested > 0 || c.rb != nil || c.draining || c.ckpt.phase == ckptQuiescing || c.ckpt.phase == ckptSealing {
 		return
 	}
 	n := min(len(c.queue), c.cfg.GroupMax, c.cfg.MaxInflight-len(c.inflight))
@@ -313,6 +343,7 @@ func (c *Core) Grant(first uint64, n int) error {
 			c.ready.Abort = append(c.ready.Abort, first+uint64(i))
 		}
 		c.stats.Aborted += uint64(n)
+		c.maybePersist()
 		c.checkDone()
 		return nil
 	}
@@ -322,6 +353,7 @@ func (c *Core) Grant(first uint64, n int) error {
 	c.queue = slices.Delete(c.queue, 0, n)
 	c.commitReady()
 	c.maybeRequest()
+	c.maybePersist()
 	return nil
 }
 
@@ -330,6 +362,7 @@ func (c *Core) Grant(first uint64, n int) error {
 func (c *Core) GrantFailed(err error) {
 	c.requested = 0
 	c.stop(fmt.Errorf("timestamps: %w", err))
+	c.maybePersist()
 }
 
 func (c *Core) dispatch(txn Txn, ts uint64) {
@@ -461,6 +494,7 @@ func (c *Core) RolledBack(bucket int, from uint64, err error) error {
 	}
 	c.checkpointIfAsked()
 	c.maybeRequest()
+	c.maybePersist()
 	c.checkDone()
 	return nil
 }
@@ -497,11 +531,16 @@ func (c *Core) Committed(ts []uint64) error {
 		delete(c.acking, t)
 		c.trackers[f.txn.Source].applyTxn(f.txn.ID, f.txn.Positions)
 		c.stats.Committed++
+		c.ckpt.commits++
 		c.stats.Rows += uint64(f.txn.Rows)
 		c.stats.LastCommitTS = max(c.stats.LastCommitTS, t)
 		c.stats.LastSourceMS = max(c.stats.LastSourceMS, f.txn.SourceMS)
 	}
 	c.checkpointIfAsked()
+	if n := c.cfg.CheckpointCommits; n > 0 && c.ckpt.commits >= uint64(n) {
+		c.startCheckpoint()
+	}
+	c.maybePersist()
 	c.checkDone()
 	return nil
 }
@@ -533,6 +572,69 @@ func (c *Core) Tick(lwm uint64) {
 	for _, t := range c.trackers {
 		t.compact()
 	}
+	c.ckpt.ticks++
+	if n := c.cfg.CheckpointTicks; n > 0 && c.ckpt.ticks >= n && c.ckpt.commits > 0 {
+		c.startCheckpoint()
+	}
+	c.maybePersist()
+}
+
+// startCheckpoint stops dispatch until what is in flight has committed.
+func (c *Core) startCheckpoint() {
+	if c.ckpt.phase == ckptIdle && !c.closed {
+		c.ckpt.phase = ckptQuiescing
+	}
+}
+
+// maybePersist asks the driver to capture the state once nothing is in
+// flight: every transaction up to HWM − 1 is applied and none above.
+func (c *Core) maybePersist() {
+	if c.ckpt.phase != ckptQuiescing {
+		return
+	}
+	if c.closed { // the stop writes its own final checkpoint
+		c.ckpt.phase = ckptIdle
+		c.maybeRequest()
+		return
+	}
+	if len(c.inflight) > 0 || c.requested > 0 || c.rb != nil || len(c.acking) > 0 || c.stats.HWM == 0 {
+		return
+	}
+	c.ckpt.phase, c.ckpt.ts = ckptSealing, c.stats.HWM-1
+	for _, t := range c.trackers {
+		t.compact()
+	}
+	c.ready.Persist = &Persist{TS: c.ckpt.ts, Sources: c.Checkpoints()}
+}
+
+// Sealed reports that the driver captured the state for the checkpoint at
+// ts (or could not: err); dispatch goes on while it is written out.
+func (c *Core) Sealed(ts uint64, err error) error {
+	if c.ckpt.phase != ckptSealing || ts != c.ckpt.ts {
+		return fmt.Errorf("mirror: sealed a checkpoint at %d, none was asked for", ts)
+	}
+	c.ckpt.phase = ckptWriting
+	if err != nil {
+		c.ckpt.phase = ckptIdle // the next tick tries again
+	}
+	c.maybeRequest()
+	c.checkDone()
+	return nil
+}
+
+// Persisted reports that the checkpoint at ts is durable (or failed: err,
+// and the next one is tried on schedule).
+func (c *Core) Persisted(ts uint64, err error) error {
+	if c.ckpt.phase != ckptWriting || ts != c.ckpt.ts {
+		return fmt.Errorf("mirror: checkpoint at %d persisted, none was being written", ts)
+	}
+	c.ckpt.phase = ckptIdle
+	if err == nil {
+		c.ckpt.ticks, c.ckpt.commits = 0, 0
+		c.stats.CheckpointTS = ts
+		c.stats.Checkpoints++
+	}
+	return nil
 }
 
 // SourceEnded reports that a source has no more messages; when every
@@ -556,6 +658,7 @@ func (c *Core) Finish(err error) {
 		c.stopErr = err
 	}
 	c.closed = true
+	c.maybePersist()
 	c.checkDone()
 }
 
@@ -568,6 +671,7 @@ func (c *Core) Drain(err error) {
 	}
 	c.closed, c.draining = true, true
 	c.queue = nil
+	c.maybePersist()
 	c.checkDone()
 }
 
@@ -594,7 +698,8 @@ func (c *Core) fatal(err error) {
 }
 
 func (c *Core) checkDone() {
-	if c.done || !c.closed || c.requested > 0 || c.rb != nil || len(c.inflight) > 0 || len(c.acking) > 0 || len(c.queue) > 0 {
+	if c.done || !c.closed || c.requested > 0 || c.rb != nil || len(c.inflight) > 0 || len(c.acking) > 0 || len(c.queue) > 0 ||
+		c.ckpt.phase == ckptSealing {
 		return
 	}
 	c.done = true

@@ -74,7 +74,8 @@ func runCommand(wp **world, cmd string, a map[string]string, input string) error
 		if a["policy"] == "dead-letter" {
 			cfg.Policy = DeadLetter
 		}
-		for key, p := range map[string]*int{"group": &cfg.GroupMax, "inflight": &cfg.MaxInflight, "queued": &cfg.MaxQueued} {
+		for key, p := range map[string]*int{"group": &cfg.GroupMax, "inflight": &cfg.MaxInflight, "queued": &cfg.MaxQueued,
+			"checkpoint-ticks": &cfg.CheckpointTicks, "checkpoint-commits": &cfg.CheckpointCommits} {
 			if *p, err = intArg(a, key, 0); err != nil {
 				return err
 			}
@@ -145,12 +146,17 @@ func runCommand(wp **world, cmd string, a map[string]string, input string) error
 		w.event("source-ended", func() error { return w.core.SourceEnded(0) })
 	case "run":
 		return w.run()
-	case "restart":
+	case "restart", "crash":
 		rewind, err := intArg(a, "rewind", 0)
 		if err != nil {
 			return err
 		}
+		if cmd == "crash" {
+			return w.crash(rewind)
+		}
 		return w.restart(rewind)
+	case "persisted":
+		w.persisted()
 	case "state":
 		v := w.visible()
 		keys := make([]string, 0, len(v))

@@ -27,9 +27,9 @@ type history struct {
 // end every transaction must be resolved as the policy says. A failing
 // history is shrunk and printed as a datadriven script.
 func TestModel(t *testing.T) {
-	runs := 400
+	runs := 1000
 	if testing.Short() {
-		runs = 100
+		runs = 200
 	}
 	for seed := range uint64(runs) {
 		h := randomHistory(rand.New(rand.NewPCG(seed, 99)))
@@ -52,8 +52,8 @@ func TestModelReplaysScripts(t *testing.T) {
 func randomHistory(rng *rand.Rand) history {
 	policy := []string{"fail", "dead-letter"}[rng.IntN(2)]
 	buckets := 1 + rng.IntN(4)
-	h := history{init: fmt.Sprintf("init buckets=%d policy=%s group=%d inflight=%d queued=%d",
-		buckets, policy, 1+rng.IntN(4), 2+rng.IntN(8), 1+rng.IntN(6))}
+	h := history{init: fmt.Sprintf("init buckets=%d policy=%s group=%d inflight=%d queued=%d checkpoint-ticks=%d checkpoint-commits=%d",
+		buckets, policy, 1+rng.IntN(4), 2+rng.IntN(8), 1+rng.IntN(6), 1+rng.IntN(2), rng.IntN(3)*3)}
 	n := 5 + rng.IntN(30)
 	live := map[int64]bool{}
 	at := int64(1)
@@ -90,9 +90,7 @@ func randomHistory(rng *rand.Rand) history {
 	}
 	for range 30 + rng.IntN(150) {
 		var c string
-		switch r := rng.IntN(43); {
-		case r >= 40:
-			c = "peek"
+		switch r := rng.IntN(60); {
 		case r < 8:
 			c = "deliver"
 		case r < 14:
@@ -101,12 +99,18 @@ func randomHistory(rng *rand.Rand) history {
 			c = fmt.Sprintf("step b=%d n=%d", rng.IntN(buckets), 1+rng.IntN(3))
 		case r < 34:
 			c = fmt.Sprintf("ack n=%d", 1+rng.IntN(2))
-		case r < 36:
+		case r < 42:
 			c = "tick"
-		case r < 37:
+		case r < 43:
 			c = []string{"drain", "end"}[rng.IntN(2)]
-		default:
+		case r < 45:
 			c = fmt.Sprintf("restart rewind=%d", rng.IntN(4))
+		case r < 48:
+			c = "peek"
+		case r < 57:
+			c = "persisted"
+		default:
+			c = fmt.Sprintf("crash rewind=%d", rng.IntN(3))
 		}
 		h.commands = append(h.commands, c)
 	}

@@ -27,12 +27,23 @@ type Ready struct {
 	Request int
 	// Checkpoint, when set, is every source's resume point to persist.
 	Checkpoint []Checkpoint
+	// Persist, when set, asks for a replay checkpoint at its timestamp:
+	// nothing is in flight, so the state holds every transaction up to it
+	// and none above. The driver captures it, reports Sealed (dispatch then
+	// goes on), writes it out and reports Persisted.
+	Persist *Persist
 	// Collect, when not 0, is a low watermark to run memory GC below.
 	Collect uint64
 	// Done says the core is finished; Err is why it stopped (nil after a
 	// clean stop or the end of every source).
 	Done bool
 	Err  error
+}
+
+// Persist is a replay checkpoint to take.
+type Persist struct {
+	TS      uint64
+	Sources []Checkpoint // each source's resume point at TS
 }
 
 // Send is one transaction's operations for one bucket.
@@ -55,7 +66,7 @@ type Rejected struct {
 // Empty says there is nothing to do.
 func (r Ready) Empty() bool {
 	return len(r.DeadLetters) == 0 && len(r.Commit) == 0 && len(r.Abort) == 0 && r.Rollback == 0 &&
-		len(r.Sends) == 0 && r.Request == 0 && r.Checkpoint == nil && r.Collect == 0 && !r.Done
+		len(r.Sends) == 0 && r.Request == 0 && r.Checkpoint == nil && r.Persist == nil && r.Collect == 0 && !r.Done
 }
 
 // String renders the Ready one item a line, for traces and tests.
@@ -85,6 +96,13 @@ func (r Ready) String() string {
 	}
 	for i, cp := range r.Checkpoint {
 		fmt.Fprintf(&b, "checkpoint source=%d %s\n", i, cp)
+	}
+	if p := r.Persist; p != nil {
+		fmt.Fprintf(&b, "persist ts=%d", p.TS)
+		for i, cp := range p.Sources {
+			fmt.Fprintf(&b, " source=%d %s", i, cp)
+		}
+		b.WriteByte('\n')
 	}
 	if r.Collect != 0 {
 		fmt.Fprintf(&b, "collect below=%d\n", r.Collect)

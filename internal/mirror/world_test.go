@@ -106,6 +106,20 @@ type world struct {
 	finished     bool
 	finishErr    error
 	out          *strings.Builder
+
+	// Replay checkpoints: the one being written and the last durable one.
+	writing, durable *saved
+}
+
+// saved is a replay checkpoint of the world: the store as of its timestamp
+// and what had been resolved by then.
+type saved struct {
+	ts           uint64
+	sources      []Checkpoint
+	store        map[int64][]version
+	committed    map[string]int
+	decided      map[string]bool
+	deadLettered map[string]bool
 }
 
 type svcOp struct {
@@ -166,6 +180,11 @@ func (w *world) exec(r Ready) {
 	w.requested += r.Request
 	if r.Checkpoint != nil {
 		w.checkpoints = r.Checkpoint
+	}
+	if p := r.Persist; p != nil {
+		// Nothing is in flight: the store is the state at p.TS.
+		w.writing = w.save(p.TS, p.Sources)
+		w.event(fmt.Sprintf("sealed ts=%d", p.TS), func() error { return w.core.Sealed(p.TS, nil) })
 	}
 	if r.Done {
 		w.finished, w.finishErr = true, r.Err
@@ -422,18 +441,88 @@ func (w *world) restart(rewind int) error {
 		return err
 	}
 	w.core, w.finished, w.finishErr, w.requested = c, false, nil, 0
-	w.pending = nil
+	w.pending, w.writing = nil, nil
 	for _, b := range w.buckets {
 		b.queue, b.failed = nil, false
 	}
-	resume := cps[0].Resume["s"]
+	// A clean stop leaves a checkpoint of everything.
+	w.durable = w.save(w.hwm-1, cps)
+	w.rewindTo(cps, rewind)
+	return nil
+}
+
+// save copies the world's replay state for a checkpoint.
+func (w *world) save(ts uint64, sources []Checkpoint) *saved {
+	st := make(map[int64][]version, len(w.store))
+	for k, vs := range w.store {
+		st[k] = slices.Clone(vs)
+	}
+	return &saved{ts: ts, sources: sources, store: st, committed: maps.Clone(w.committed),
+		decided: maps.Clone(w.decided), deadLettered: maps.Clone(w.deadLettered)}
+}
+
+// persisted finishes writing the checkpoint under way.
+func (w *world) persisted() {
+	if w.writing == nil {
+		return
+	}
+	cp := w.writing
+	w.writing = nil
+	w.event(fmt.Sprintf("persisted ts=%d", cp.ts), func() error {
+		if err := w.core.Persisted(cp.ts, nil); err != nil {
+			return err
+		}
+		w.durable = cp
+		return nil
+	})
+}
+
+// crash kills the process: everything not in the last durable checkpoint
+// is gone, the transaction service starts above every old timestamp, and a
+// new core reads the source from the checkpoint (rewind transactions
+// earlier, as a redelivery would).
+func (w *world) crash(rewind int) error {
+	cp := w.durable
+	if cp == nil {
+		cp = &saved{store: map[int64][]version{}, committed: map[string]int{}, decided: map[string]bool{}, deadLettered: map[string]bool{}}
+	}
+	w.store = make(map[int64][]version, len(cp.store))
+	for k, vs := range cp.store {
+		w.store[k] = slices.Clone(vs)
+	}
+	w.committed, w.decided, w.deadLettered = maps.Clone(cp.committed), maps.Clone(cp.decided), maps.Clone(cp.deadLettered)
+	w.hwm, w.done, w.pending, w.requested, w.writing = w.next, map[uint64]bool{}, nil, 0, nil
+	for _, b := range w.buckets {
+		b.queue, b.failed, b.undo = nil, false, nil
+	}
+	cfg := w.cfg
+	cfg.Start = cp.sources
+	if len(cfg.Start) == 0 {
+		cfg.Start = []Checkpoint{{}}
+	}
+	c, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w.out, "> crash: restart from the checkpoint at %d\n", cp.ts)
+	w.core, w.finished, w.finishErr = c, false, nil
+	w.rewindTo(cp.sources, rewind)
+	return nil
+}
+
+// rewindTo points the source at the first transaction a checkpoint does
+// not cover, rewind transactions earlier.
+func (w *world) rewindTo(sources []Checkpoint, rewind int) {
+	resume := int64(0)
+	if len(sources) > 0 {
+		resume = sources[0].Resume["s"]
+	}
 	w.cursor = 0
 	for w.cursor < len(w.source) && w.source[w.cursor].at+int64(len(w.source[w.cursor].ops)) < resume {
 		w.cursor++
 	}
 	w.cursor = max(0, w.cursor-rewind)
 	w.readTo = w.cursor
-	return nil
 }
 
 // visible is the state at snapshot HWM − 1.
