@@ -124,6 +124,9 @@ type Stats struct {
 	// the newest one's timestamp.
 	Checkpoints  uint64
 	CheckpointTS uint64
+	// CommittedOffset is the highest message offset of a committed
+	// transaction (with one stream: how far the source is applied).
+	CommittedOffset int64
 }
 
 // TxnError is why a transaction was not applied.
@@ -535,6 +538,9 @@ func (c *Core) Committed(ts []uint64) error {
 		c.stats.Rows += uint64(f.txn.Rows)
 		c.stats.LastCommitTS = max(c.stats.LastCommitTS, t)
 		c.stats.LastSourceMS = max(c.stats.LastSourceMS, f.txn.SourceMS)
+		for _, p := range f.txn.Positions {
+			c.stats.CommittedOffset = max(c.stats.CommittedOffset, p.Offset)
+		}
 	}
 	c.checkpointIfAsked()
 	if n := c.cfg.CheckpointCommits; n > 0 && c.ckpt.commits >= uint64(n) {

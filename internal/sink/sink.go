@@ -55,6 +55,20 @@ type Collector interface {
 	Collect(lwm uint64)
 }
 
+// Persister takes replay checkpoints (the server's node does).
+type Persister interface {
+	// Seal captures the replay state at ts. Nothing is in flight while it
+	// runs, so it must be quick: what is slow goes into Write.
+	Seal(ctx context.Context, ts uint64) (SealedState, error)
+}
+
+// SealedState is a captured replay state on its way to disk.
+type SealedState interface {
+	// Write makes it durable together with the sources' resume points;
+	// only then may a source confirm those points upstream.
+	Write(ctx context.Context, sources []mirror.Checkpoint) error
+}
+
 // Config configures a sink.
 type Config struct {
 	// Sources are read in parallel; their transactions get timestamps in
@@ -88,6 +102,12 @@ type Config struct {
 	Start []mirror.Checkpoint
 	// Collector, when set, runs memory GC below the low watermark on ticks.
 	Collector Collector
+	// Persister, when set, takes replay checkpoints every CheckpointTicks
+	// ticks (default 5) or CheckpointCommits commits (default 100000),
+	// whichever comes first.
+	Persister         Persister
+	CheckpointTicks   int
+	CheckpointCommits int
 	// Tick is how often the low watermark is read and GC decided (1s).
 	Tick   time.Duration
 	Logger *slog.Logger
@@ -103,6 +123,17 @@ type Stats struct {
 	// LastSourceMS is the source commit time (ms) of the newest committed
 	// transaction that carried one: now minus it is the replay lag.
 	LastSourceMS int64
+	// Checkpoints counts the replay checkpoints written; CheckpointTS is
+	// the newest one's timestamp, LastCheckpoint when it was durable and
+	// CheckpointDuration how long it took from seal to durable.
+	Checkpoints        uint64
+	CheckpointTS       uint64
+	LastCheckpoint     time.Time
+	CheckpointDuration time.Duration
+	CheckpointErrors   uint64
+	// CommittedOffset is the highest message offset of a committed
+	// transaction (with one stream: how far the source is applied).
+	CommittedOffset int64
 }
 
 // Sink runs the pipeline; Run blocks until the sources end or fail, a
@@ -115,6 +146,8 @@ type Sink struct {
 	dead  *deadLetters
 
 	messages, skipped, deadDecoded, ops atomic.Uint64
+	ckptErrors                          atomic.Uint64
+	lastCkpt                            atomic.Pointer[ckptInfo]
 	coreStats                           atomic.Pointer[mirror.Stats] // the core's counters, for other goroutines
 	ran                                 atomic.Bool
 }
@@ -139,6 +172,16 @@ func New(cfg Config) (*Sink, error) {
 	if cfg.Tick <= 0 {
 		cfg.Tick = time.Second
 	}
+	if cfg.Persister == nil {
+		cfg.CheckpointTicks, cfg.CheckpointCommits = 0, 0
+	} else {
+		if cfg.CheckpointTicks == 0 {
+			cfg.CheckpointTicks = 5
+		}
+		if cfg.CheckpointCommits == 0 {
+			cfg.CheckpointCommits = 100_000
+		}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -160,7 +203,8 @@ func New(cfg Config) (*Sink, error) {
 		return nil, fmt.Errorf("sink: unknown bad-input policy %q (fail or dead-letter)", cfg.BadInput)
 	}
 	core, err := mirror.New(mirror.Config{Buckets: cfg.Buckets, Policy: policy, GroupMax: cfg.GroupMax,
-		CheckpointOnCommit: cfg.Checkpoints != nil, Start: start})
+		CheckpointOnCommit: cfg.Checkpoints != nil, CheckpointTicks: max(cfg.CheckpointTicks, 0),
+		CheckpointCommits: max(cfg.CheckpointCommits, 0), Start: start})
 	if err != nil {
 		return nil, err
 	}
@@ -170,14 +214,25 @@ func New(cfg Config) (*Sink, error) {
 	return s, nil
 }
 
+type ckptInfo struct {
+	at       time.Time
+	duration time.Duration
+}
+
 // Stats returns the counters.
 func (s *Sink) Stats() Stats {
 	c := s.coreStats.Load()
-	return Stats{
+	st := Stats{
 		Messages: s.messages.Load(), Transactions: c.Committed + c.DeadLettered, Duplicates: c.Duplicates,
 		Ops: s.ops.Load(), Skipped: s.skipped.Load(), DeadLettered: s.deadDecoded.Load() + c.DeadLettered,
 		Aborted: c.Aborted, LastCommitTS: c.LastCommitTS, LastSourceMS: c.LastSourceMS, Committed: c.Rows,
+		Checkpoints: c.Checkpoints, CheckpointTS: c.CheckpointTS, CheckpointErrors: s.ckptErrors.Load(),
+		CommittedOffset: c.CommittedOffset,
 	}
+	if ci := s.lastCkpt.Load(); ci != nil {
+		st.LastCheckpoint, st.CheckpointDuration = ci.at, ci.duration
+	}
+	return st
 }
 
 // Checkpoints are every source's resume points, covering every committed
@@ -222,6 +277,7 @@ type driver struct {
 	bucketWG sync.WaitGroup
 	gc       chan uint64
 	gcWG     sync.WaitGroup
+	ckptWG   sync.WaitGroup // the checkpoint being written
 }
 
 func newDriver(s *Sink) *driver {
@@ -390,6 +446,9 @@ func (d *driver) exec(rd mirror.Ready) {
 			}
 		}
 	}
+	if p := rd.Persist; p != nil {
+		d.persist(p)
+	}
 	if rd.Collect != 0 && s.cfg.Collector != nil {
 		select { // the newest watermark wins; GC never holds up the loop
 		case <-d.gc:
@@ -400,6 +459,41 @@ func (d *driver) exec(rd mirror.Ready) {
 	if rd.Done && rd.Err != nil {
 		s.log.Error("ingestion stopped", "err", rd.Err)
 	}
+}
+
+// persist seals the replay state while nothing is in flight and writes it
+// out in the background; the sources confirm upstream only what it made
+// durable.
+func (d *driver) persist(p *mirror.Persist) {
+	s := d.s
+	start := time.Now()
+	st, err := s.cfg.Persister.Seal(d.work, p.TS)
+	if err != nil {
+		s.ckptErrors.Add(1)
+		s.log.Error("replay checkpoint: seal failed; the next one will try again", "ts", p.TS, "err", err)
+	}
+	if serr := d.core.Sealed(p.TS, err); serr != nil {
+		d.core.Fail(fmt.Errorf("sink: %w", serr))
+		return
+	}
+	if err != nil {
+		return
+	}
+	d.ckptWG.Go(func() {
+		err := st.Write(d.work, p.Sources)
+		if err == nil {
+			s.lastCkpt.Store(&ckptInfo{at: time.Now(), duration: time.Since(start)})
+			for i, src := range s.cfg.Sources {
+				if cerr := src.Commit(d.work, p.Sources[i].Resume); cerr != nil {
+					s.log.Warn("source offset commit failed; the next checkpoint retries it", "source", s.sourceName(i), "err", cerr)
+				}
+			}
+		} else {
+			s.ckptErrors.Add(1)
+			s.log.Error("replay checkpoint failed; the previous one stays current and the next one will try again", "ts", p.TS, "err", err)
+		}
+		d.send(func(c *mirror.Core) error { return c.Persisted(p.TS, err) })
+	})
 }
 
 func (s *Sink) sourceName(i int) string {
@@ -442,6 +536,7 @@ func (d *driver) stopWorkers(result error) {
 		q.close()
 	}
 	d.bucketWG.Wait()
+	d.ckptWG.Wait()
 	d.cancel()
 	close(d.gc)
 	d.gcWG.Wait()
