@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/retinadb/retina/internal/failpoint"
 	"github.com/retinadb/retina/internal/server"
 )
 
@@ -43,7 +44,11 @@ exactly where it stopped.`,
 				return err
 			}
 			log := newLogger(cmd.ErrOrStderr(), cfg.LogFormat)
-			srv, err := server.Start(cmd.Context(), cfg, server.Options{Logger: log})
+			fps, err := failpoint.Parse(os.Getenv(failpoint.EnvVar))
+			if err != nil {
+				return fmt.Errorf("%s: %w", failpoint.EnvVar, err)
+			}
+			srv, err := server.Start(cmd.Context(), cfg, server.Options{Logger: log, Failpoints: fps})
 			if err != nil {
 				return err
 			}
@@ -68,6 +73,7 @@ exactly where it stopped.`,
 	f.IntVar(&c.Buckets, "buckets", c.Buckets, "sink buckets, parallel apply lanes (fixed for a data directory)")
 	f.StringVar(&c.BadInput, "bad-input", c.BadInput, "on a message or transaction that cannot be applied: fail or dead-letter")
 	f.StringVar(&c.DeadLetter, "dead-letter", "", "file the dead-letter policy appends to")
+	f.DurationVar(&c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "how often a replay checkpoint is taken; a crash redoes what came after the last one from the sources")
 	f.StringVar(&c.DecimalHandling, "decimal-handling", c.DecimalHandling, "how schema-less messages encode decimals (Debezium's decimal.handling.mode): precise, string or double")
 	return cmd, sf
 }
@@ -98,7 +104,8 @@ func applyChangedFlags(fs *pflag.FlagSet, cfg *server.Config, from server.Config
 		"log-format": func() { cfg.LogFormat = from.LogFormat }, "index": func() { cfg.IndexBackend = from.IndexBackend },
 		"replayers": func() { cfg.Replayers = from.Replayers }, "buckets": func() { cfg.Buckets = from.Buckets },
 		"bad-input": func() { cfg.BadInput = from.BadInput }, "dead-letter": func() { cfg.DeadLetter = from.DeadLetter },
-		"decimal-handling": func() { cfg.DecimalHandling = from.DecimalHandling },
+		"decimal-handling":    func() { cfg.DecimalHandling = from.DecimalHandling },
+		"checkpoint-interval": func() { cfg.CheckpointInterval = from.CheckpointInterval },
 	}
 	fs.Visit(func(f *pflag.Flag) {
 		if apply, ok := set[f.Name]; ok {

@@ -40,6 +40,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"strings"
+	"time"
 
 	"github.com/retinadb/retina/internal/mirror"
 )
@@ -77,6 +78,8 @@ type Manifest struct {
 	Sources []Source `json:"sources"`
 	// Files are every live file at TS.
 	Files []File `json:"files"`
+	// Written is when it was written (UTC).
+	Written time.Time `json:"written"`
 }
 
 // Source is one change source and its resume point.

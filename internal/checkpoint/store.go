@@ -7,10 +7,12 @@ import (
 	"io/fs"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/retinadb/retina/internal/durable"
+	"github.com/retinadb/retina/internal/failpoint"
 )
 
 // ManifestName and VisDir are the checkpoint's names in the data directory.
@@ -25,6 +27,9 @@ type Store struct {
 	fs   vfs.FS
 	dir  string
 	last *Manifest // the newest manifest read or written
+	// Failpoints can stop the process before and after the manifest is
+	// replaced (crash tests).
+	Failpoints *failpoint.Set
 }
 
 // Open makes a store for the data directory dir on fsys.
@@ -115,13 +120,18 @@ func (s *Store) Write(m *Manifest, vis map[uint64][]byte) error {
 		}
 	}
 	slices.SortFunc(m.Files, func(a, b File) int { return cmpID(a.ID, b.ID) })
+	if m.Written.IsZero() {
+		m.Written = time.Now().UTC()
+	}
 	data, err := Encode(m)
 	if err != nil {
 		return err
 	}
+	s.Failpoints.Hit(failpoint.CheckpointBeforeRename)
 	if err := durable.WriteFileFS(s.fs, s.manifestPath(), data); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
+	s.Failpoints.Hit(failpoint.CheckpointAfterManifest)
 	s.last = m
 	s.removeUnused(visDir, m)
 	return nil

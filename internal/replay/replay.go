@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 
 	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/failpoint"
 	"github.com/retinadb/retina/internal/index"
 	"github.com/retinadb/retina/internal/types"
 	"github.com/retinadb/retina/internal/visibility"
@@ -111,7 +112,9 @@ type Config struct {
 	Lake    writebuffer.Lake
 	// Write-buffer shape for every table (see writebuffer.Config).
 	BlockRows, FileBlocks, FlushWorkers int
-	Logger                              *slog.Logger
+	// Failpoints reach into flushes and combinations (crash tests).
+	Failpoints *failpoint.Set
+	Logger     *slog.Logger
 }
 
 // Stats count what the replayer did.
@@ -211,8 +214,8 @@ func (r *Replayer) table(id uint32) (*tableState, error) {
 		TableID: id, Columns: st.cols, Replayer: r.cfg.ID,
 		Catalog: r.cfg.Catalog, Lake: r.cfg.Lake,
 		BlockRows: r.cfg.BlockRows, FileBlocks: r.cfg.FileBlocks, FlushWorkers: r.cfg.FlushWorkers,
-		OnNewFile: r.registerFile,
-		Logger:    r.cfg.Logger,
+		OnNewFile: r.registerFile, Failpoints: r.cfg.Failpoints,
+		Logger: r.cfg.Logger,
 	})
 	if err != nil {
 		return nil, err
@@ -313,9 +316,9 @@ func (r *Replayer) VisibilityBytes() int64 {
 	return n
 }
 
-// buffers lists the tables' write buffers; they are used outside r.mu so
+// Buffers lists the tables' write buffers; they are used outside r.mu so
 // a slow flush does not hold up Apply.
-func (r *Replayer) buffers() []*writebuffer.Buffer {
+func (r *Replayer) Buffers() []*writebuffer.Buffer {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	bufs := make([]*writebuffer.Buffer, 0, len(r.tables))
@@ -328,7 +331,7 @@ func (r *Replayer) buffers() []*writebuffer.Buffer {
 // eachBuffer calls f on every table's buffer and joins the errors.
 func (r *Replayer) eachBuffer(f func(*writebuffer.Buffer) error) error {
 	var errs []error
-	for _, b := range r.buffers() {
+	for _, b := range r.Buffers() {
 		errs = append(errs, f(b))
 	}
 	return errors.Join(errs...)
@@ -347,7 +350,7 @@ func (r *Replayer) Finish(ctx context.Context) error {
 // BufferStats sums the write-buffer statistics of every table.
 func (r *Replayer) BufferStats() writebuffer.Stats {
 	var total writebuffer.Stats
-	for _, b := range r.buffers() {
+	for _, b := range r.Buffers() {
 		st := b.Stats()
 		total.MemoryBytes += st.MemoryBytes
 		total.UnflushedBytes += st.UnflushedBytes

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -33,6 +34,10 @@ type Config struct {
 	// DECIMAL columns: precise (default), string or double, as Debezium's
 	// decimal.handling.mode.
 	DecimalHandling string `yaml:"decimal_handling"`
+	// CheckpointInterval is how often a replay checkpoint is taken (it is
+	// also taken after 100000 transactions); a crash redoes what came after
+	// the last one from the sources.
+	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
 	// Tables declared up front (for sources whose messages carry no schema).
 	Tables []TableDecl `yaml:"tables"`
 }
@@ -56,6 +61,7 @@ func DefaultConfig() Config {
 	return Config{
 		DataDir: "retina-data", SourceEOF: "follow", SQLAddr: "127.0.0.1:5433", HTTPAddr: "127.0.0.1:9187",
 		LogFormat: "text", IndexBackend: "memory", Replayers: 2, Buckets: 16, BadInput: "fail", DecimalHandling: "precise",
+		CheckpointInterval: 5 * time.Second,
 	}
 }
 
@@ -98,6 +104,13 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 	if v := getenv("RETINA_SOURCE"); v != "" {
 		c.Sources = strings.Split(v, ",")
 	}
+	if v := getenv("RETINA_CHECKPOINT_INTERVAL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("config: RETINA_CHECKPOINT_INTERVAL=%q is not a duration (like 5s)", v)
+		}
+		c.CheckpointInterval = d
+	}
 	return nil
 }
 
@@ -116,6 +129,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: bad_input dead-letter needs dead_letter (a file)")
 	case c.Replayers < 1 || c.Buckets < 1:
 		return fmt.Errorf("config: replayers and buckets must be positive")
+	}
+	if c.CheckpointInterval < time.Second {
+		return fmt.Errorf("config: checkpoint_interval %s: at least 1s", c.CheckpointInterval)
 	}
 	if _, err := cdc.ParseDecimalMode(c.DecimalHandling); err != nil {
 		return fmt.Errorf("config: decimal_handling: %w", err)

@@ -73,6 +73,24 @@ func (s *Server) registerMetrics(reg *prometheus.Registry) {
 		return max(0, float64(time.Now().UnixMilli()-newest)/1000)
 	})
 
+	counter("checkpoints_total", "Replay checkpoints written (a crash redoes what came after the last one from the sources).",
+		sinks(func(st sink.Stats) float64 { return float64(st.Checkpoints) }))
+	counter("checkpoint_errors_total", "Replay checkpoints that failed (the one before stays current).",
+		sinks(func(st sink.Stats) float64 { return float64(st.CheckpointErrors) }))
+	gauge("checkpoint_age_seconds", "Seconds since the last replay checkpoint became durable (since the start before the first one).", func() float64 {
+		last := s.IngestStats().LastCheckpoint
+		if last.IsZero() {
+			last = s.started
+		}
+		return time.Since(last).Seconds()
+	})
+	gauge("checkpoint_duration_seconds", "How long the last replay checkpoint took, from seal to durable.",
+		sinks(func(st sink.Stats) float64 { return st.CheckpointDuration.Seconds() }))
+	gauge("recovery_seconds", "How long the start's restore from the last checkpoint took.", func() float64 { return s.Node.Recovery.Duration.Seconds() })
+	gauge("recovered_checkpoint_ts", "Timestamp of the checkpoint the start restored (0: none).", func() float64 { return float64(s.Node.Recovery.Checkpoint) })
+	gauge("committed_offset", "Highest source offset of a committed transaction (with one stream: how far the source is applied).",
+		sinks(func(st sink.Stats) float64 { return float64(st.CommittedOffset) }))
+
 	buffers := func(pick func(st writebuffer.Stats) float64) func() float64 {
 		return func() float64 {
 			var v float64

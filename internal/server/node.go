@@ -11,8 +11,15 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/checkpoint"
+	"github.com/retinadb/retina/internal/failpoint"
 	"github.com/retinadb/retina/internal/index"
 	"github.com/retinadb/retina/internal/lake"
 	"github.com/retinadb/retina/internal/query"
@@ -32,7 +39,12 @@ type NodeConfig struct {
 	BlockRows    int    // write-buffer block size (default 8192)
 	FileBlocks   int    // blocks per virtual file (default 128)
 	QueryThreads int    // DuckDB threads (default GOMAXPROCS)
-	Logger       *slog.Logger
+	// FS holds the checkpoint's files (default: the local disk); tests put
+	// a file system there that fails chosen operations.
+	FS vfs.FS
+	// Failpoints can stop the process at chosen points (crash tests).
+	Failpoints *failpoint.Set
+	Logger     *slog.Logger
 }
 
 // Node is every component of an embedded Retina, opened and wired.
@@ -46,7 +58,14 @@ type Node struct {
 	Replayers []*replay.Replayer
 	Scanner   *scan.Scanner
 	Engine    *query.Engine
-	log       *slog.Logger
+	// Recovery says what the start restored.
+	Recovery Recovery
+	log      *slog.Logger
+
+	ckpts    *checkpoint.Store
+	ckptMu   sync.Mutex // one checkpoint write at a time
+	restored *checkpoint.Manifest
+	gcPin    atomic.Uint64 // ts+1 of a checkpoint taking deleted sets, 0 when none
 }
 
 // OpenNode opens every component on the data directory.
@@ -72,6 +91,9 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.FS == nil {
+		cfg.FS = vfs.Default
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("server: data directory %s: %w", cfg.DataDir, err)
 	}
@@ -79,7 +101,8 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{Config: cfg, log: cfg.Logger}
+	n := &Node{Config: cfg, log: cfg.Logger, ckpts: checkpoint.Open(cfg.FS, cfg.DataDir)}
+	n.ckpts.Failpoints = cfg.Failpoints
 	defer func() {
 		if err != nil { // close what was opened
 			n.Close(context.Background())
@@ -88,7 +111,20 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	if n.Catalog, err = catalog.Open(filepath.Join(cfg.DataDir, "catalog")); err != nil {
 		return nil, err
 	}
-	if n.Index, err = index.Open(index.Config{Backend: cfg.IndexBackend, Dir: filepath.Join(cfg.DataDir, "index"), Logger: cfg.Logger}); err != nil {
+	m, err := n.loadCheckpoint()
+	if err != nil {
+		return nil, err
+	}
+	// The index on disk is the index at the checkpoint only after a clean
+	// stop; otherwise it is rebuilt from the files.
+	keepIndex := cfg.IndexBackend == "pebble" && m != nil && m.Clean
+	indexDir := filepath.Join(cfg.DataDir, "index")
+	if cfg.IndexBackend == "pebble" && !keepIndex {
+		if err := os.RemoveAll(indexDir); err != nil {
+			return nil, fmt.Errorf("server: clear the index %s to rebuild it: %w", indexDir, err)
+		}
+	}
+	if n.Index, err = index.Open(index.Config{Backend: cfg.IndexBackend, Dir: indexDir, NoSync: true, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
 	if n.Lake, err = lake.Open(ctx, cfg.Lake, lake.Options{Logger: cfg.Logger}); err != nil {
@@ -102,14 +138,18 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	}
 	for id := range cfg.Replayers {
 		rp, err := replay.New(replay.Config{ID: uint32(id), Catalog: n.Catalog, Index: n.Index, Lake: n.Lake,
-			BlockRows: cfg.BlockRows, FileBlocks: cfg.FileBlocks, Logger: cfg.Logger})
+			BlockRows: cfg.BlockRows, FileBlocks: cfg.FileBlocks, Failpoints: cfg.Failpoints, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}
 		n.Replayers = append(n.Replayers, rp)
 	}
-	if err := n.restore(ctx); err != nil {
+	if err := n.restore(ctx, m, !keepIndex); err != nil {
 		return nil, err
+	}
+	if r := n.Recovery; r.Checkpoint != 0 || r.Dropped > 0 {
+		n.log.Info("restored the replay state from its checkpoint", "checkpoint_ts", r.Checkpoint, "taken", r.Written,
+			"clean_stop", r.Clean, "files_dropped", r.Dropped, "files_combined", r.Combined, "took", r.Duration.Round(time.Millisecond))
 	}
 	n.Scanner = scan.New(n.Lake, n.owner, nil)
 	if n.Engine, err = query.Open(ctx, query.Config{Catalog: n.Catalog, Txn: n.Txn, Scanner: n.Scanner, Threads: cfg.QueryThreads, Logger: cfg.Logger}); err != nil {
@@ -127,6 +167,7 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 // lwm, so memory tracks the deletes running queries can still see, not
 // every delete ever made. The sink decides when (on its ticks).
 func (n *Node) Collect(lwm uint64) {
+	lwm = n.gcBound(lwm)
 	for _, rp := range n.Replayers {
 		rp.Collect(lwm)
 	}
@@ -140,7 +181,7 @@ func (n *Node) CollectVisibility(ctx context.Context) visibility.CollectStats {
 		return total
 	}
 	for _, rp := range n.Replayers {
-		st := rp.Collect(w.LWM)
+		st := rp.Collect(n.gcBound(w.LWM))
 		total.Folded += st.Folded
 		total.FreedBlocks += st.FreedBlocks
 	}
@@ -154,13 +195,12 @@ func (n *Node) owner(id uint32) (scan.Owner, bool) {
 	return nil, false
 }
 
-// Persist is the first half of a clean stop: with intake stopped and
-// nothing in flight, it makes every buffered row part of a regular file,
-// records every file's deletes at HWM − 1 and syncs the index. After it the
-// replay state covers every committed transaction durably, and only then
-// may source positions that count on it be written. A node reopened on the
-// data directory answers exactly as this one did.
-func (n *Node) Persist(ctx context.Context) error {
+// Persist is a clean stop's last checkpoint: with intake stopped and
+// nothing in flight, every buffered row becomes part of a regular file,
+// the index is synced, and a checkpoint marked clean records the state at
+// HWM − 1 with the sources' positions. A node reopened on the directory
+// answers exactly as this one did and keeps its Pebble index.
+func (n *Node) Persist(ctx context.Context, sources []checkpoint.Source) error {
 	var errs []error
 	for _, rp := range n.Replayers {
 		errs = append(errs, rp.Finish(ctx))
@@ -168,17 +208,19 @@ func (n *Node) Persist(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("server: finish write buffers: %w", err)
 	}
+	if err := n.Index.Sync(); err != nil {
+		return fmt.Errorf("server: sync the index: %w", err)
+	}
 	w, err := n.Txn.Watermarks(ctx)
 	if err != nil {
 		return err
 	}
-	if err := n.SaveVisibility(w.HWM - 1); err != nil {
+	st, err := n.Seal(w.HWM - 1)
+	if err != nil {
 		return err
 	}
-	if n.Config.IndexBackend == "pebble" {
-		return n.Index.Sync()
-	}
-	return nil
+	st.clean = true
+	return st.Write(ctx, sources)
 }
 
 // Close stops every component, flushing the replayers' buffers.

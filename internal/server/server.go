@@ -2,22 +2,19 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/cdc"
-	"github.com/retinadb/retina/internal/durable"
+	"github.com/retinadb/retina/internal/checkpoint"
+	"github.com/retinadb/retina/internal/failpoint"
 	"github.com/retinadb/retina/internal/mirror"
 	"github.com/retinadb/retina/internal/pgwire"
 	"github.com/retinadb/retina/internal/sink"
@@ -34,6 +31,8 @@ type Server struct {
 	sources []*source
 	sink    *sink.Sink // nil without sources
 
+	started time.Time
+
 	mu      sync.Mutex
 	failure error // the error that stopped ingestion: /healthz reports it
 }
@@ -42,13 +41,6 @@ type Server struct {
 type source struct {
 	uri string
 	src cdc.Source
-	cp  string // its resume-point file
-}
-
-// sinkState is what a clean stop records per source.
-type sinkState struct {
-	Source     string            `json:"source"`
-	Checkpoint mirror.Checkpoint `json:"checkpoint"`
 }
 
 // Options tune a server beyond its Config.
@@ -58,6 +50,8 @@ type Options struct {
 	Stdin io.Reader
 	// Node adjusts the node configuration (write-buffer shape, threads).
 	Node func(*NodeConfig)
+	// Failpoints can stop the process at chosen points (crash tests).
+	Failpoints *failpoint.Set
 }
 
 // Start opens the node, declares tables, opens the sources at their last
@@ -72,7 +66,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 		log = slog.Default()
 	}
 	nc := NodeConfig{DataDir: cfg.DataDir, Lake: cfg.Lake, IndexBackend: cfg.IndexBackend, Replayers: cfg.Replayers,
-		Buckets: cfg.Buckets, Logger: log}
+		Buckets: cfg.Buckets, Failpoints: opts.Failpoints, Logger: log}
 	if opts.Node != nil {
 		opts.Node(&nc)
 	}
@@ -80,7 +74,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, Node: node, log: log}
+	s := &Server{cfg: cfg, Node: node, log: log, started: time.Now()}
 	defer func() {
 		if err != nil {
 			s.closeAll()
@@ -92,9 +86,16 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 			return nil, fmt.Errorf("server: declare table %s: %w", t.Name, err)
 		}
 	}
+	if err := node.CheckSources(cfg.Sources); err != nil {
+		return nil, err
+	}
 	var starts []mirror.Checkpoint
 	for i, uri := range cfg.Sources {
-		src, start, err := s.openSource(i, uri, opts.Stdin)
+		start, err := node.Resume(i, uri)
+		if err != nil {
+			return nil, err
+		}
+		src, err := s.openSource(uri, start, opts.Stdin)
 		if err != nil {
 			return nil, err
 		}
@@ -116,6 +117,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 			Sources: srcs, SourceNames: names, Catalog: node.Catalog, Txn: node.Txn, Replayers: replayers, Buckets: node.Config.Buckets,
 			BadInput: sink.Policy(cfg.BadInput), DeadLetterPath: cfg.DeadLetter, Start: starts,
 			Decoder: cdc.DecoderOptions{Decimals: decimals}, Collector: node, Logger: log,
+			Persister: persister{node: node, uris: names}, CheckpointTicks: checkpointTicks(cfg.CheckpointInterval),
 		})
 		if err != nil {
 			return nil, err
@@ -130,30 +132,63 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 	return s, nil
 }
 
-// openSource opens source i at its last applied position.
-func (s *Server) openSource(i int, uri string, stdin io.Reader) (*source, mirror.Checkpoint, error) {
-	src := &source{uri: uri, cp: filepath.Join(s.Node.Config.DataDir, "sink-"+strconv.Itoa(i)+".json")}
-	var st sinkState
-	if data, err := os.ReadFile(src.cp); err == nil {
-		if err := json.Unmarshal(data, &st); err != nil {
-			return nil, st.Checkpoint, fmt.Errorf("server: %s is corrupt (%v): it holds where source %d (%s) resumes; restore it from a backup, or start over with an empty data directory", src.cp, err, i, uri)
-		}
-		if st.Source != uri {
-			return nil, st.Checkpoint, fmt.Errorf("server: source %d was %q when the data directory was last used, now %q: give the sources in the same order", i, st.Source, uri)
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, st.Checkpoint, fmt.Errorf("server: %w", err)
-	}
+// openSource opens a source at its last applied position.
+func (s *Server) openSource(uri string, start mirror.Checkpoint, stdin io.Reader) (*source, error) {
+	src := &source{uri: uri}
 	var err error
 	if uri == "file:-" && stdin != nil {
-		src.src, err = cdc.OpenFileSource("-", cdc.FileOptions{Stdin: stdin, Resume: st.Checkpoint.Resume})
+		src.src, err = cdc.OpenFileSource("-", cdc.FileOptions{Stdin: stdin, Resume: start.Resume})
 	} else {
-		src.src, err = cdc.OpenURI(uri, s.cfg.SourceEOF == "follow", st.Checkpoint.Resume)
+		src.src, err = cdc.OpenURI(uri, s.cfg.SourceEOF == "follow", start.Resume)
 	}
 	if err != nil {
-		return nil, st.Checkpoint, err
+		return nil, err
 	}
-	return src, st.Checkpoint, nil
+	return src, nil
+}
+
+// sinkTick is how often the sink ticks (reads LWM, decides GC and
+// checkpoints).
+const sinkTick = time.Second
+
+// checkpointTicks turns the checkpoint interval into sink ticks.
+func checkpointTicks(interval time.Duration) int {
+	return max(int(interval/sinkTick), 1)
+}
+
+// persister takes the sink's replay checkpoints on the node, naming the
+// sources by URI.
+type persister struct {
+	node *Node
+	uris []string
+}
+
+func (p persister) Seal(_ context.Context, ts uint64) (sink.SealedState, error) {
+	st, err := p.node.Seal(ts)
+	if err != nil {
+		return nil, err
+	}
+	return sealedSources{st, p.uris}, nil
+}
+
+type sealedSources struct {
+	st   *Sealed
+	uris []string
+}
+
+func (s sealedSources) Write(ctx context.Context, resume []mirror.Checkpoint) error {
+	return s.st.Write(ctx, withURIs(s.uris, resume))
+}
+
+func withURIs(uris []string, resume []mirror.Checkpoint) []checkpoint.Source {
+	out := make([]checkpoint.Source, len(uris))
+	for i, uri := range uris {
+		out[i] = checkpoint.Source{URI: uri}
+		if i < len(resume) {
+			out[i].Resume = resume[i]
+		}
+	}
+	return out
 }
 
 // SQLAddr and HTTPAddr are the bound addresses.
@@ -224,28 +259,35 @@ func (s *Server) Run(ctx context.Context) error {
 	return s.shutdown(ingestErr)
 }
 
-// shutdown persists what a restart needs, in dependency order, and closes
-// everything: first the replay state, then the source positions that
-// count on it.
+// shutdown takes the clean stop's checkpoint (replay state and source
+// positions together, the positions never ahead of the state) and closes
+// everything.
 func (s *Server) shutdown(ingestErr error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var errs []error
 	if errors.Is(ingestErr, mirror.ErrUnclean) {
 		// Writes of a transaction that was neither committed nor rolled back
-		// may be in the replay state: saving it would make them visible.
-		s.log.Error("replay state not saved: it is not clean; the data directory is left as after a crash", "err", ingestErr)
+		// may be in the replay state: the last checkpoint stays current and
+		// the next start recovers from it.
+		s.log.Error("no final checkpoint: the replay state is not clean; the next start recovers from the last checkpoint", "err", ingestErr)
 		errs = append(errs, fmt.Errorf("server: state not saved: %w", ingestErr))
-	} else if err := s.Node.Persist(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("server: save the replay state: %w", err))
-	} else if s.sink != nil {
-		cps := s.sink.Checkpoints()
+	} else {
+		var resume []mirror.Checkpoint
+		uris := make([]string, len(s.sources))
 		for i, src := range s.sources {
-			data, err := json.Marshal(sinkState{Source: src.uri, Checkpoint: cps[i]})
-			if err == nil {
-				err = durable.WriteFile(src.cp, data)
+			uris[i] = src.uri
+		}
+		if s.sink != nil {
+			resume = s.sink.Checkpoints()
+		} else if m := s.Node.restored; m != nil {
+			uris = nil // no sources given: keep the ones the checkpoint has
+			for _, src := range m.Sources {
+				uris, resume = append(uris, src.URI), append(resume, src.Resume)
 			}
-			errs = append(errs, err)
+		}
+		if err := s.Node.Persist(ctx, withURIs(uris, resume)); err != nil {
+			errs = append(errs, fmt.Errorf("server: final checkpoint: %w (the next start recovers from the last checkpoint)", err))
 		}
 	}
 	for _, src := range s.sources {

@@ -1,0 +1,121 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/index"
+	"github.com/retinadb/retina/internal/lake"
+	"github.com/retinadb/retina/internal/replay"
+	"github.com/retinadb/retina/internal/scan"
+	"github.com/retinadb/retina/internal/visibility"
+)
+
+// rebuildIndex puts every live row of every file into the (in-memory)
+// primary and secondary indexes: the memory backend's durability is the
+// lake itself.
+func (n *Node) rebuildIndex(ctx context.Context, snap *catalog.Snapshot) error {
+	for _, t := range snap.Tables() {
+		owner := map[uint32]*replay.Replayer{}
+		for _, f := range snap.LiveFiles(t.ID) {
+			rp := n.Replayers[f.Replayer]
+			if owner[f.Replayer] == nil {
+				if _, err := rp.Buffer(t.ID); err != nil { // defines the table's indexes
+					return err
+				}
+				owner[f.Replayer] = rp
+			}
+			if err := n.indexFile(ctx, t, f, rp); err != nil {
+				return fmt.Errorf("server: index file %d of %s: %w", f.ID, t.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+type indexCols struct {
+	id     uint32
+	cols   []int
+	unique bool
+}
+
+func (n *Node) indexFile(ctx context.Context, t *catalog.Table, f *catalog.File, rp *replay.Replayer) error {
+	idxs := []indexCols{{id: t.PrimaryIndexID, cols: t.Schema.KeyColumns(), unique: true}}
+	for _, ix := range t.Schema.Indexes {
+		c := indexCols{id: ix.ID, unique: ix.Unique}
+		for _, name := range ix.Columns {
+			c.cols = append(c.cols, t.Schema.ColumnIndex(name))
+		}
+		idxs = append(idxs, c)
+	}
+	var need []int // the columns to read, and where each index finds its own
+	pos := map[int]int{}
+	for _, ix := range idxs {
+		for _, c := range ix.cols {
+			if _, ok := pos[c]; !ok {
+				pos[c] = len(need)
+				need = append(need, c)
+			}
+		}
+	}
+	vis, _ := rp.FileVisibility(f.ID)
+	r, err := n.Lake.ReaderAt(ctx, f.Key)
+	if err != nil {
+		return err
+	}
+	pf, err := lake.OpenFile(r, nil)
+	if err != nil {
+		return err
+	}
+	defer pf.Close()
+	var deleted []uint64
+	if vis != nil {
+		deleted = make([]uint64, vis.BitmapWords())
+		if err := vis.Bitmap(visibility.MaxTimestamp, deleted); err != nil {
+			return err
+		}
+	}
+	var b index.Batch
+	offset := 0
+	for g, meta := range pf.RowGroups() {
+		rec, err := pf.ReadRowGroup(ctx, g, need, true)
+		if err != nil {
+			return err
+		}
+		ts := rec.Column(len(need)).(*array.Int64)
+		for i := range int(rec.NumRows()) {
+			o := offset + i
+			if deleted != nil && deleted[o/64]>>(o%64)&1 == 1 {
+				continue
+			}
+			for _, ix := range idxs {
+				vals := make([]any, len(ix.cols))
+				for k, c := range ix.cols {
+					if vals[k], err = scan.Value(rec.Column(pos[c]), i); err != nil {
+						rec.Release()
+						return err
+					}
+				}
+				key, err := n.Index.Key(ix.id, vals...)
+				if err != nil {
+					rec.Release()
+					return err
+				}
+				b.Put(key, uint64(ts.Value(i)), replay.RowID(f.ID, uint32(o)))
+			}
+			if b.Len() >= 8192 {
+				if err := n.Index.Apply(ctx, &b); err != nil {
+					rec.Release()
+					return err
+				}
+				b.Reset()
+			}
+		}
+		offset += int(meta.Rows)
+		rec.Release()
+	}
+	return n.Index.Apply(ctx, &b)
+}
