@@ -24,6 +24,10 @@ type KafkaOptions struct {
 	// "retina"). Offsets are committed only up to what is durably replayed,
 	// so a restart redelivers the rest; the sink drops the duplicates.
 	Group string
+	// Resume gives, per stream (KafkaStream), the first offset to read: the
+	// replay checkpoint's, which wins over the group's committed offsets
+	// (they can lag it, or belong to an older run of the group).
+	Resume map[string]int64
 }
 
 // KafkaSource consumes Debezium topics with franz-go.
@@ -46,6 +50,19 @@ func OpenKafka(opts KafkaOptions) (*KafkaSource, error) {
 		kgo.ConsumerGroup(opts.Group),
 		kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	}
+	if len(opts.Resume) > 0 {
+		resume := opts.Resume
+		kopts = append(kopts, kgo.AdjustFetchOffsetsFn(func(_ context.Context, assigned map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+			for topic, parts := range assigned {
+				for p := range parts {
+					if off, ok := resume[KafkaStream(topic, p)]; ok {
+						parts[p] = kgo.NewOffset().At(off).WithEpoch(-1)
+					}
+				}
+			}
+			return assigned, nil
+		}))
 	}
 	switch {
 	case opts.TopicRegex != "":

@@ -90,3 +90,63 @@ func TestKafkaOptionsRejected(t *testing.T) {
 		}
 	}
 }
+
+// TestKafkaResumesAtCheckpointOffsets: a restart reads each partition from
+// the replay checkpoint's offset, not from where the consumer group's
+// committed offsets say (they can lag the checkpoint, or come from an older
+// run); a partition the checkpoint does not know starts from the group's.
+func TestKafkaResumesAtCheckpointOffsets(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "db.orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var recs []*kgo.Record
+	for i := range 100 {
+		for p := range int32(2) {
+			recs = append(recs, &kgo.Record{Topic: "db.orders", Partition: p, Value: fmt.Appendf(nil, `{"n":%d}`, i)})
+		}
+	}
+	if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	p0, p1 := KafkaStream("db.orders", 0), KafkaStream("db.orders", 1)
+	// An earlier run of the group committed 10 and 20.
+	first, err := OpenKafka(KafkaOptions{Brokers: cluster.ListenAddrs(), Topics: []string{"db.orders"}, Group: "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Commit(ctx, map[string]int64{p0: 10, p1: 20}); err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	src, err := OpenKafka(KafkaOptions{Brokers: cluster.ListenAddrs(), Topics: []string{"db.orders"}, Group: "g",
+		Resume: map[string]int64{p0: 57}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	firstOff := map[string]int64{}
+	for len(firstOff) < 2 {
+		m, err := src.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, seen := firstOff[m.Pos.Stream]; !seen {
+			firstOff[m.Pos.Stream] = m.Pos.Offset
+		}
+	}
+	if firstOff[p0] != 57 || firstOff[p1] != 20 {
+		t.Fatalf("started at %v, want %s at 57 (checkpoint) and %s at 20 (group)", firstOff, p0, p1)
+	}
+}

@@ -15,8 +15,8 @@ import (
 //	                      Debezium topics, the transaction topic included
 //
 // follow applies to file sources: keep reading the last file as it grows.
-// resume gives, per stream, the first offset still to deliver (file
-// sources skip what comes before; Kafka resumes from its group offsets).
+// resume gives, per stream, the first offset still to deliver: file
+// sources skip what comes before, Kafka partitions start there.
 func OpenURI(uri string, follow bool, resume map[string]int64) (Source, error) {
 	scheme, rest, ok := strings.Cut(uri, ":")
 	if !ok {
@@ -39,6 +39,7 @@ func OpenURI(uri string, follow bool, resume map[string]int64) (Source, error) {
 			Brokers:    strings.Split(u.Host, ","),
 			TopicRegex: q.Get("topic_regex"),
 			Group:      q.Get("group"),
+			Resume:     resume,
 		}
 		if t := q.Get("topics"); t != "" {
 			opts.Topics = strings.Split(t, ",")
