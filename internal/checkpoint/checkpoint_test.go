@@ -2,8 +2,10 @@ package checkpoint
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"reflect"
 	"strings"
 	"testing"
@@ -85,12 +87,28 @@ func TestWriteLoadRoundTrip(t *testing.T) {
 	if m2.Seq != 2 || m2.Files[0].Vis != VisName(1, 1) || m2.Files[1].Vis != VisName(3, 2) {
 		t.Fatalf("second checkpoint: %+v", m2.Files)
 	}
+	// Visibility files end with their own CRC-32C; two different ones must
+	// still count as different.
+	withCRC := func(s string) []byte {
+		return append([]byte(s), crcOf(s)...)
+	}
+	m2b := manifest(25, File{ID: 1, Rows: 7, Capacity: 64})
+	if err := s.Write(m2b, map[uint64][]byte{1: withCRC("deleted set A")}); err != nil {
+		t.Fatal(err)
+	}
+	m2c := manifest(26, File{ID: 1, Rows: 7, Capacity: 64})
+	if err := s.Write(m2c, map[uint64][]byte{1: withCRC("deleted set B")}); err != nil {
+		t.Fatal(err)
+	}
+	if m2c.Files[0].Vis == m2b.Files[0].Vis {
+		t.Fatalf("a changed visibility file kept the old one's name %s", m2c.Files[0].Vis)
+	}
 	m3 := manifest(30, File{ID: 1, Rows: 7, Capacity: 64})
 	if err := s.Write(m3, map[uint64][]byte{1: []byte("more deletes of file 1")}); err != nil {
 		t.Fatal(err)
 	}
 	names, _ := mem.List("/data/visibility")
-	if len(names) != 1 || names[0] != VisName(1, 3) {
+	if len(names) != 1 || names[0] != VisName(1, 5) {
 		t.Fatalf("visibility files left: %v", names)
 	}
 }
@@ -143,6 +161,10 @@ func TestFailureAtEveryStepLeavesACheckpoint(t *testing.T) {
 	}
 }
 
+func crcOf(s string) []byte {
+	return binary.BigEndian.AppendUint32(nil, crc32.Checksum([]byte(s), crc32.MakeTable(crc32.Castagnoli)))
+}
+
 func cloneManifest(m *Manifest) *Manifest {
 	c := *m
 	c.Files = append([]File(nil), m.Files...)
@@ -190,7 +212,8 @@ func TestCorruptManifestIsRefused(t *testing.T) {
 		"rows over capacity":  manifest(1, File{ID: 1, Rows: 9, Capacity: 8}),
 		"file listed twice":   manifest(1, File{ID: 1}, File{ID: 1}),
 		"unknown replayer":    manifest(1, File{ID: 1, Replayer: 7}),
-		"path in a vis name":  manifest(1, File{ID: 1, Vis: "../1-1.vis"}),
+		"path in a vis name":  manifest(1, File{ID: 1, Vis: "../1-1.vis", VisSum: strings.Repeat("0", 64)}),
+		"vis without its sum": manifest(1, File{ID: 1, Vis: "1-1.vis"}),
 		"source without uri":  {Buckets: 1, Replayers: 1, Sources: []Source{{}}},
 		"timestamp too large": {Buckets: 1, Replayers: 1, TS: 1 << 60},
 	} {
@@ -223,7 +246,7 @@ func TestCorruptManifestIsRefused(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	good, _ := Encode(manifest(10, File{ID: 1, Rows: 2, Capacity: 8, Vis: "1-1.vis"}))
+	good, _ := Encode(manifest(10, File{ID: 1, Rows: 2, Capacity: 8, Vis: "1-1.vis", VisSum: strings.Repeat("ab", 32)}))
 	f.Add(good)
 	f.Add(good[:20])
 	f.Add([]byte("RTCP"))

@@ -100,10 +100,11 @@ type File struct {
 	Rows    int64 `json:"rows"`
 	// Capacity is how many rows the file's visibility covers (≥ Rows).
 	Capacity int `json:"capacity"`
-	// Vis names the file's visibility file and VisCRC is the CRC-32C of its
-	// bytes; "" when no row of it was deleted at TS.
+	// Vis names the file's visibility file and VisSum is the SHA-256 of
+	// its bytes (hex); "" when no row of it was deleted at TS. The sum both
+	// checks the file and tells a later checkpoint it can keep it.
 	Vis    string `json:"vis,omitempty"`
-	VisCRC uint32 `json:"vis_crc,omitempty"`
+	VisSum string `json:"vis_sha256,omitempty"`
 }
 
 // Encode renders a manifest in the format above.
@@ -170,6 +171,8 @@ func (m *Manifest) validate() error {
 			return fmt.Errorf("file %d belongs to replayer %d of %d", f.ID, f.Replayer, m.Replayers)
 		case f.Vis != "" && !validVisName(f.Vis):
 			return fmt.Errorf("file %d: visibility file name %q", f.ID, f.Vis)
+		case (f.Vis == "") != (f.VisSum == "") || f.VisSum != "" && len(f.VisSum) != 64:
+			return fmt.Errorf("file %d: visibility file %q with sum %q", f.ID, f.Vis, f.VisSum)
 		}
 	}
 	for i, s := range m.Sources {

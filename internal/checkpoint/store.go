@@ -1,9 +1,10 @@
 package checkpoint
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io/fs"
 	"slices"
 	"strings"
@@ -59,7 +60,7 @@ func (s *Store) Load() (*Manifest, error) {
 }
 
 // Visibility reads the visibility file a manifest names for f, checking it
-// against the manifest's CRC. A file with no deletes has none (nil).
+// against the manifest's sum. A file with no deletes has none (nil).
 func (s *Store) Visibility(f File) ([]byte, error) {
 	if f.Vis == "" {
 		return nil, nil
@@ -69,16 +70,24 @@ func (s *Store) Visibility(f File) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: visibility of file %d: %w", ErrCorrupt, f.ID, err)
 	}
-	if got := crc32.Checksum(data, castagnoli); got != f.VisCRC {
-		return nil, fmt.Errorf("%w: %s: checksum %08x, the manifest says %08x", ErrCorrupt, path, got, f.VisCRC)
+	if got := visSum(data); got != f.VisSum {
+		return nil, fmt.Errorf("%w: %s: SHA-256 %s, the manifest says %s", ErrCorrupt, path, got, f.VisSum)
 	}
 	return data, nil
+}
+
+// visSum identifies a visibility file's bytes. (Not a CRC-32C: the files
+// end with their own CRC-32C, and the CRC-32C of anything followed by its
+// CRC-32C is one constant.)
+func visSum(data []byte) string {
+	h := sha256.Sum256(data)
+	return hex.EncodeToString(h[:])
 }
 
 // Write makes m the current checkpoint. vis holds the encoded visibility of
 // the files that have deletes, by file id; a file whose bytes equal what
 // the previous checkpoint holds keeps its file. m.Seq and the files' Vis
-// and VisCRC are filled in. On error the previous checkpoint stays current.
+// and VisSum are filled in. On error the previous checkpoint stays current.
 func (s *Store) Write(m *Manifest, vis map[uint64][]byte) error {
 	if s.last != nil {
 		m.Seq = s.last.Seq + 1
@@ -100,15 +109,15 @@ func (s *Store) Write(m *Manifest, vis map[uint64][]byte) error {
 		f := &m.Files[i]
 		data, ok := vis[f.ID]
 		if !ok {
-			f.Vis, f.VisCRC = "", 0
+			f.Vis, f.VisSum = "", ""
 			continue
 		}
-		crc := crc32.Checksum(data, castagnoli)
-		if p, ok := prev[f.ID]; ok && p.Vis != "" && p.VisCRC == crc {
-			f.Vis, f.VisCRC = p.Vis, crc
+		sum := visSum(data)
+		if p, ok := prev[f.ID]; ok && p.Vis != "" && p.VisSum == sum {
+			f.Vis, f.VisSum = p.Vis, sum
 			continue
 		}
-		f.Vis, f.VisCRC = VisName(f.ID, m.Seq), crc
+		f.Vis, f.VisSum = VisName(f.ID, m.Seq), sum
 		if err := durable.CreateFS(s.fs, s.VisPath(f.Vis), data); err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
