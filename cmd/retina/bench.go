@@ -35,6 +35,8 @@ func newBenchCommand() *cobra.Command {
 			bench.DefaultQueryConfig(), queryFlags, bench.Query),
 		benchSubcommand("e2e", "End to end on a HyBench-like workload: sustained rows/s, freshness at 100K rows/s, query slowdown under change",
 			bench.DefaultE2EConfig(), e2eFlags, bench.E2E),
+		benchSubcommand("crash", "Crash recovery: kill -9 retina serve again and again on a growing source; rows lost or doubled, invariants, restart time",
+			bench.DefaultCrashConfig(), crashFlags, bench.Crash),
 	)
 	return cmd
 }
@@ -146,5 +148,17 @@ func e2eFlags(f *pflag.FlagSet, cfg *bench.E2EConfig) {
 	f.IntVar(&cfg.FreshRate, "fresh-rate", cfg.FreshRate, "row changes/s during the freshness phase")
 	f.DurationVar(&cfg.FreshFor, "fresh-for", cfg.FreshFor, "length of the freshness phase")
 	f.DurationVar(&cfg.SustainFor, "sustain-for", cfg.SustainFor, "length of the full-speed phase timed for rows_per_sec_sustained")
+	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
+}
+
+func crashFlags(f *pflag.FlagSet, cfg *bench.CrashConfig) {
+	f.IntVar(&cfg.Trials, "trials", cfg.Trials, "kills and restarts")
+	f.StringVar(&cfg.Index, "index", cfg.Index, "index backend of the servers: memory or pebble")
+	f.Float64Var(&cfg.SF, "sf", cfg.SF, "HyBench-like scale factor of the base data")
+	f.IntVar(&cfg.TxnRate, "txn-rate", cfg.TxnRate, "change transactions/s appended to the source while the trials run")
+	f.DurationVar(&cfg.MinUp, "min-up", cfg.MinUp, "shortest time a server serves before its kill")
+	f.DurationVar(&cfg.MaxUp, "max-up", cfg.MaxUp, "longest time a server serves before its kill")
+	f.Float64Var(&cfg.FailpointShare, "failpoint-share", cfg.FailpointShare, "share of the trials that also arm a failpoint (kill inside a flush, combination, checkpoint or restore)")
+	f.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", cfg.CheckpointInterval, "the servers' checkpoint interval")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
 }

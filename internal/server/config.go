@@ -38,6 +38,11 @@ type Config struct {
 	// also taken after 100000 transactions); a crash redoes what came after
 	// the last one from the sources.
 	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
+	// BlockRows and FileBlocks shape the write buffers: rows per block
+	// (default 8192) and blocks per file (default 128); a file is combined
+	// into one Parquet object once full.
+	BlockRows  int `yaml:"block_rows"`
+	FileBlocks int `yaml:"file_blocks"`
 	// Tables declared up front (for sources whose messages carry no schema).
 	Tables []TableDecl `yaml:"tables"`
 }
@@ -129,6 +134,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: bad_input dead-letter needs dead_letter (a file)")
 	case c.Replayers < 1 || c.Buckets < 1:
 		return fmt.Errorf("config: replayers and buckets must be positive")
+	}
+	if c.BlockRows < 0 || c.FileBlocks < 0 || int64(c.BlockRows)*int64(max(c.FileBlocks, 1)) >= 1<<32 {
+		return fmt.Errorf("config: block_rows %d × file_blocks %d: want positive values below 2^32 rows a file", c.BlockRows, c.FileBlocks)
 	}
 	if c.CheckpointInterval < time.Second {
 		return fmt.Errorf("config: checkpoint_interval %s: at least 1s", c.CheckpointInterval)

@@ -1,0 +1,121 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// child is a `retina serve` process the crash benchmark starts and kills.
+type child struct {
+	cmd     *exec.Cmd
+	started time.Time
+	sqlAddr string
+	httpURL string
+	exited  chan error
+	serving chan struct{}
+}
+
+var servingLine = regexp.MustCompile(`retina serving: SQL on (\S+) .*metrics on (http://\S+)/metrics`)
+
+// startChild runs the retina command with args; its stderr goes to log.
+func startChild(command []string, env []string, args []string, log io.Writer) (*child, error) {
+	cmd := exec.Command(command[0], append(append([]string{}, command[1:]...), args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = log
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, exited: make(chan error, 1), serving: make(chan struct{})}
+	c.started = time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", command[0], err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := servingLine.FindStringSubmatch(sc.Text()); m != nil && c.sqlAddr == "" {
+				c.sqlAddr, c.httpURL = m[1], m[2]
+				close(c.serving)
+			}
+		}
+		c.exited <- cmd.Wait()
+		close(c.exited)
+	}()
+	return c, nil
+}
+
+// waitServing waits until the child serves, exits, or the timeout passes.
+func (c *child) waitServing(timeout time.Duration) error {
+	select {
+	case <-c.serving:
+		return nil
+	case err := <-c.exited:
+		return fmt.Errorf("exited before serving: %v", err)
+	case <-time.After(timeout):
+		return fmt.Errorf("not serving after %s", timeout)
+	}
+}
+
+// kill stops the child with SIGKILL, as a power cut would, and waits.
+func (c *child) kill() {
+	c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.exited
+}
+
+// stop stops the child with SIGTERM and waits for its clean exit.
+func (c *child) stop(timeout time.Duration) error {
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-c.exited:
+		return err
+	case <-time.After(timeout):
+		c.kill()
+		return fmt.Errorf("no clean stop within %s", timeout)
+	}
+}
+
+// alive reports whether the child still runs.
+func (c *child) alive() bool {
+	select {
+	case <-c.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// metric reads one sample of the child's Prometheus endpoint.
+func (c *child) metric(name string) (float64, error) {
+	cl := http.Client{Timeout: 5 * time.Second}
+	resp, err := cl.Get(c.httpURL + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, fmt.Errorf("metric %s missing", name)
+}
+
+// connect opens a SQL connection to the child.
+func (c *child) connect(ctx context.Context) (*pgx.Conn, error) {
+	return pgx.Connect(ctx, "postgres://retina@"+c.sqlAddr+"/retina?sslmode=disable")
+}
