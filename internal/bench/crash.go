@@ -42,6 +42,9 @@ type CrashConfig struct {
 	// environment of every server it starts.
 	Command []string
 	Env     []string
+	// Dir is the work directory (source, data directory, servers' log),
+	// kept afterwards; by default a temporary one, removed.
+	Dir string
 }
 
 // DefaultCrashConfig is 20 trials at SF 0.1 with the memory index.
@@ -73,11 +76,17 @@ func Crash(ctx context.Context, r *Report, cfg CrashConfig) error {
 		}
 		cfg.Command = []string{exe}
 	}
-	dir, err := os.MkdirTemp("", "retina-crash-")
-	if err != nil {
+	dir := cfg.Dir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "retina-crash-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
 	logFile, err := os.Create(filepath.Join(dir, "servers.log"))
 	if err != nil {
 		return err

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 
@@ -14,26 +16,58 @@ import (
 	"github.com/retinadb/retina/internal/visibility"
 )
 
-// rebuildIndex puts every live row of every file into the (in-memory)
-// primary and secondary indexes: the memory backend's durability is the
-// lake itself.
+// rebuildIndex puts every live row of every file into the primary and
+// secondary indexes: after a crash the index is the files' (the restart
+// path, so files are indexed on every core at once; each key lives in one
+// file, so they never race).
 func (n *Node) rebuildIndex(ctx context.Context, snap *catalog.Snapshot) error {
+	type job struct {
+		t  *catalog.Table
+		f  *catalog.File
+		rp *replay.Replayer
+	}
+	var jobs []job
 	for _, t := range snap.Tables() {
-		owner := map[uint32]*replay.Replayer{}
+		defined := map[uint32]bool{}
 		for _, f := range snap.LiveFiles(t.ID) {
 			rp := n.Replayers[f.Replayer]
-			if owner[f.Replayer] == nil {
+			if !defined[f.Replayer] {
 				if _, err := rp.Buffer(t.ID); err != nil { // defines the table's indexes
 					return err
 				}
-				owner[f.Replayer] = rp
+				defined[f.Replayer] = true
 			}
-			if err := n.indexFile(ctx, t, f, rp); err != nil {
-				return fmt.Errorf("server: index file %d of %s: %w", f.ID, t.Name, err)
-			}
+			jobs = append(jobs, job{t, f, rp})
 		}
 	}
-	return nil
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := make(chan job)
+	errs := make(chan error, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for j := range next {
+				if err := n.indexFile(ctx, j.t, j.f, j.rp); err != nil {
+					errs <- fmt.Errorf("server: index file %d of %s: %w", j.f.ID, j.t.Name, err)
+					cancel()
+					return
+				}
+			}
+		})
+	}
+feed:
+	for _, j := range jobs {
+		select {
+		case next <- j:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
 
 type indexCols struct {
