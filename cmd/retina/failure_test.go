@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/retinadb/retina/internal/bench"
+	"github.com/retinadb/retina/internal/failpoint"
 )
 
 // End-to-end tests of what the mirror-transaction core guarantees, through
@@ -556,4 +557,61 @@ func TestBenchCrash(t *testing.T) {
 		}
 	}
 	t.Log(out.String())
+}
+
+// TestServeRecoversFromKillsInsideItsWork arms each failpoint in turn: the
+// server dies inside a flush, a combination, a checkpoint or a restore, and
+// the next start recovers all of it.
+func TestServeRecoversFromKillsInsideItsWork(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts retina serve several times per failpoint")
+	}
+	c := newChanges()
+	var rows []string
+	for id := 1; id <= 300; id++ {
+		rows = append(rows, accountRow(id, fmt.Sprint("o", id), 100))
+	}
+	c.snapshot(rows...)
+	for i := range 100 {
+		c.txn(fmt.Sprint("t", i), event{"u", accountRow(i+1, fmt.Sprint("o", i+1), 100), accountRow(i+1, fmt.Sprint("o", i+1), 50)})
+	}
+	want := "300 25000.00"
+	for _, point := range failpoint.All() {
+		t.Run(point, func(t *testing.T) {
+			dir := t.TempDir()
+			src := filepath.Join(dir, "in.jsonl")
+			c.write(t, src)
+			// Tiny files: every few rows a block is flushed and a file combined.
+			config := accountConfig(t, dir, "block_rows: 16\nfile_blocks: 2\n")
+			args := []string{"--config", config, "--data", filepath.Join(dir, "data"), "--source", "file:" + src, "--checkpoint-interval", "1s"}
+			if point == failpoint.RestoreMidway { // it needs something to restore
+				s := startServe(t, args...)
+				s.waitRows("SELECT count(*) FROM account", "300")
+				s.cmd.Process.Signal(syscall.SIGKILL)
+				<-s.exited
+			}
+			armed := exec.Command(os.Args[0], append([]string{"serve", "--sql-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)...)
+			armed.Env = append(os.Environ(), "RETINA_TEST_RUN_MAIN=1", failpoint.EnvVar+"="+point+"=kill")
+			var out lockedBuffer
+			armed.Stdout, armed.Stderr = &out, &out
+			if err := armed.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- armed.Wait() }()
+			select {
+			case err := <-done:
+				if ws, ok := err.(*exec.ExitError); !ok || ws.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+					t.Fatalf("the server ended with %v, not killed at %s:\n%s", err, point, out.String())
+				}
+			case <-time.After(60 * time.Second):
+				armed.Process.Kill()
+				t.Fatalf("%s was never reached in 60s:\n%s", point, out.String())
+			}
+			s := startServe(t, args...)
+			s.waitRows("SELECT count(*), sum(balance)::VARCHAR FROM account", want)
+			s.healthy()
+			s.stop()
+		})
+	}
 }

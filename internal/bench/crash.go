@@ -216,6 +216,9 @@ func Crash(ctx context.Context, r *Report, cfg CrashConfig) error {
 		switch {
 		case c.alive():
 			c.kill()
+			if armed != "" {
+				how += " (" + armed + " armed, not reached)"
+			}
 		case armed == "":
 			return fmt.Errorf("trial %d: the server exited on its own: %v; the servers' log ends:\n%s", trial, <-c.exited, tailLog())
 		default:
