@@ -530,6 +530,7 @@ func TestServeKeepsItsLastCheckpointWhenTheFinalOneFails(t *testing.T) {
 	}
 	os.RemoveAll(filepath.Join(data, "checkpoint.tmp"))
 	s = startServe(t, args...)
+	s.waitApplied(len(c.lines)) // the redo from the last checkpoint
 	if got := s.accounts(); got != beforeBad {
 		t.Fatalf("after recovering from the last checkpoint: %s", got)
 	}

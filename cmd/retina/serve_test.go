@@ -153,6 +153,19 @@ func (s *served) waitCommitted(n int) {
 	}
 }
 
+// waitApplied waits until the server has committed its source up to line.
+func (s *served) waitApplied(line int) {
+	s.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for s.metric("retina_committed_offset") < float64(line) {
+		s.healthy()
+		if time.Now().After(deadline) {
+			s.t.Fatalf("committed to line %v, not %d, in time", s.metric("retina_committed_offset"), line)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // healthy fails the test if ingestion stopped.
 func (s *served) healthy() {
 	s.t.Helper()
