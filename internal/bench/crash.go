@@ -10,14 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"gopkg.in/yaml.v3"
 
-	"github.com/retinadb/retina/internal/checkpoint"
 	"github.com/retinadb/retina/internal/failpoint"
 	"github.com/retinadb/retina/internal/hybench"
 )
@@ -124,7 +121,6 @@ func Crash(ctx context.Context, r *Report, cfg CrashConfig) error {
 	invariantFailures, failpointKills := 0, 0
 	var redoTxns int64
 	var redoTime time.Duration
-	preKill := int64(0) // committed offset seen last before the previous kill
 	check := func(c *child, what string) {
 		if n := src.checkInvariants(ctx, c, balance); n > 0 {
 			invariantFailures += n
@@ -146,7 +142,6 @@ func Crash(ctx context.Context, r *Report, cfg CrashConfig) error {
 		for deadline := time.Now().Add(10 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
 			off, err := c.metric("retina_committed_offset")
 			if err == nil && int64(off) >= src.snapshotLines {
-				preKill = int64(off)
 				break
 			}
 			if time.Now().After(deadline) || !c.alive() {
@@ -158,10 +153,6 @@ func Crash(ctx context.Context, r *Report, cfg CrashConfig) error {
 		r.Printf("load: %d snapshot rows applied in %.1fs, then killed", src.snapshotLines, time.Since(start).Seconds())
 	}
 	for trial := 1; trial <= cfg.Trials; trial++ {
-		resume, err := checkpointResume(filepath.Join(dir, "data"), "file:"+src.path)
-		if err != nil {
-			return fmt.Errorf("trial %d: %w", trial, err)
-		}
 		var env []string
 		armed := ""
 		if rng.Float64() < cfg.FailpointShare {
@@ -190,27 +181,32 @@ func Crash(ctx context.Context, r *Report, cfg CrashConfig) error {
 		restarts = append(restarts, restart)
 		up := cfg.MinUp + time.Duration(rng.Int64N(int64(cfg.MaxUp-cfg.MinUp)+1))
 		deadline := time.Now().Add(up)
-		redoFrom, redoTarget, redone := time.Now(), preKill, preKill <= resume
-		last, lastCheck := int64(0), time.Time{}
+		// Redo: the server counts the transactions it redoes (those the
+		// killed one had committed after its last checkpoint) and times
+		// them until its sources are past where that one stopped. A trial
+		// killed before that counts no redo.
+		last, lastCheck, redoing := int64(0), time.Time{}, true
 		for c.alive() && time.Now().Before(deadline) {
-			off, err := c.metric("retina_committed_offset")
-			if err == nil {
+			if off, err := c.metric("retina_committed_offset"); err == nil {
 				last = max(last, int64(off))
 			}
-			if !redone && last >= redoTarget {
-				redone = true
-				redoTxns += src.txnsBetween(resume, redoTarget)
-				redoTime += time.Since(redoFrom)
+			if redoing {
+				busy, err1 := c.metric("retina_redoing")
+				n, err2 := c.metric("retina_redone_transactions_total")
+				took, err3 := c.metric("retina_redo_seconds")
+				if err1 == nil && err2 == nil && err3 == nil && busy == 0 {
+					redoing = false
+					if n > 0 && took > 0 {
+						redoTxns += int64(n)
+						redoTime += time.Duration(took * float64(time.Second))
+					}
+				}
 			}
 			if last >= src.snapshotLines && time.Since(lastCheck) > 500*time.Millisecond {
 				check(c, fmt.Sprintf("in trial %d", trial))
 				lastCheck = time.Now()
 			}
 			time.Sleep(50 * time.Millisecond)
-		}
-		if !redone && last > resume { // killed before it caught up: count what it redid
-			redoTxns += src.txnsBetween(resume, min(last, redoTarget))
-			redoTime += time.Since(redoFrom)
 		}
 		how := "SIGKILL"
 		switch {
@@ -224,7 +220,6 @@ func Crash(ctx context.Context, r *Report, cfg CrashConfig) error {
 		default:
 			how, failpointKills = "at "+armed, failpointKills+1
 		}
-		preKill = max(preKill, last)
 		r.Printf("trial %d: SQL served the recovered state %d ms after the start; up %.1fs, applied to line %d, killed %s",
 			trial, restart.Milliseconds(), up.Seconds(), last, how)
 	}
@@ -342,19 +337,6 @@ func writeWorkloadConfig(dir string) (string, error) {
 	return path, os.WriteFile(path, data, 0o644)
 }
 
-// checkpointResume is the line the data directory's checkpoint resumes the
-// stream at (1 when there is none).
-func checkpointResume(dataDir, stream string) (int64, error) {
-	m, err := checkpoint.Open(vfs.Default, dataDir).Load()
-	if err != nil || m == nil || len(m.Sources) == 0 {
-		return 1, err
-	}
-	if off, ok := m.Sources[0].Resume.Resume[stream]; ok {
-		return off, nil
-	}
-	return 1, nil
-}
-
 func (s *crashSource) writeSnapshot(ctx context.Context, gen *hybench.Generator) error {
 	f, err := os.Create(s.path)
 	if err != nil {
@@ -411,15 +393,6 @@ func (s *crashSource) lastLine() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.lines
-}
-
-// txnsBetween counts the change transactions whose BEGIN is in [from, to].
-func (s *crashSource) txnsBetween(from, to int64) int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	lo := sort.Search(len(s.begins), func(i int) bool { return s.begins[i] >= from })
-	hi := sort.Search(len(s.begins), func(i int) bool { return s.begins[i] > to })
-	return int64(max(hi-lo, 0))
 }
 
 // checkInvariants runs the bank invariants in one snapshot each; it

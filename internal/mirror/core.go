@@ -29,6 +29,7 @@ package mirror
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/retinadb/retina/internal/cdc"
@@ -76,6 +77,10 @@ type Config struct {
 	CheckpointCommits int
 	// Start holds each source's resume point (one per source).
 	Start []Checkpoint
+	// RedoUpTo holds, per source and stream, how far the process before
+	// this one had committed (as far as it is known): transactions up to
+	// there are redone after a crash, and Stats counts them.
+	RedoUpTo []map[string]int64
 }
 
 // Txn is one source transaction, assembled.
@@ -127,6 +132,11 @@ type Stats struct {
 	// CommittedOffset is the highest message offset of a committed
 	// transaction (with one stream: how far the source is applied).
 	CommittedOffset int64
+	// Redone counts committed transactions that the process before had
+	// committed too (see Config.RedoUpTo); Redoing is true until every
+	// stream is past where that process was.
+	Redone  uint64
+	Redoing bool
 }
 
 // TxnError is why a transaction was not applied.
@@ -196,6 +206,7 @@ type Core struct {
 
 	collected uint64
 	ckpt      checkpointState
+	committed []map[string]int64 // per source and stream: highest committed offset
 	ready     Ready
 	stats     Stats
 }
@@ -239,9 +250,13 @@ func New(cfg Config) (*Core, error) {
 	}
 	c := &Core{cfg: cfg, ended: make([]bool, len(cfg.Start)), byTS: map[uint64]*inflight{},
 		sent: make([][]uint64, cfg.Buckets), acking: map[uint64]*inflight{}}
+	for range cfg.Start {
+		c.committed = append(c.committed, map[string]int64{})
+	}
 	for _, cp := range cfg.Start {
 		c.trackers = append(c.trackers, newTracker(cp))
 	}
+	c.stats.Redoing = c.redoing()
 	return c, nil
 }
 
@@ -538,9 +553,21 @@ func (c *Core) Committed(ts []uint64) error {
 		c.stats.Rows += uint64(f.txn.Rows)
 		c.stats.LastCommitTS = max(c.stats.LastCommitTS, t)
 		c.stats.LastSourceMS = max(c.stats.LastSourceMS, f.txn.SourceMS)
+		redo := c.stats.Redoing
 		for _, p := range f.txn.Positions {
 			c.stats.CommittedOffset = max(c.stats.CommittedOffset, p.Offset)
+			cm := c.committed[f.txn.Source]
+			cm[p.Stream] = max(cm[p.Stream], p.Offset)
+			if redo && (f.txn.Source >= len(c.cfg.RedoUpTo) || p.Offset > c.cfg.RedoUpTo[f.txn.Source][p.Stream]) {
+				redo = false
+			}
 		}
+		if redo {
+			c.stats.Redone++
+		}
+	}
+	if c.stats.Redoing {
+		c.stats.Redoing = c.redoing()
 	}
 	c.checkpointIfAsked()
 	if n := c.cfg.CheckpointCommits; n > 0 && c.ckpt.commits >= uint64(n) {
@@ -549,6 +576,39 @@ func (c *Core) Committed(ts []uint64) error {
 	c.maybePersist()
 	c.checkDone()
 	return nil
+}
+
+// redoing reports whether some stream is not yet committed as far as the
+// process before had committed it.
+func (c *Core) redoing() bool {
+	for src, streams := range c.cfg.RedoUpTo {
+		for stream, off := range streams {
+			if src >= len(c.committed) || c.committed[src][stream] < off {
+				if src < len(c.trackers) && c.trackers[src].below(cdc.Position{Stream: stream, Offset: off}) {
+					continue // the checkpoint covers it already
+				}
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// CommittedOffsets is how far each stream of each source has been
+// committed, by this process or (as Config.RedoUpTo tells) the ones before
+// it: a process killed amid its redo must not make the next one forget how
+// far the work had got.
+func (c *Core) CommittedOffsets() []map[string]int64 {
+	out := make([]map[string]int64, len(c.committed))
+	for i, m := range c.committed {
+		out[i] = maps.Clone(m)
+		if i < len(c.cfg.RedoUpTo) {
+			for stream, off := range c.cfg.RedoUpTo[i] {
+				out[i][stream] = max(out[i][stream], off)
+			}
+		}
+	}
+	return out
 }
 
 // CommitFailed reports that the transaction service refused a commit: the

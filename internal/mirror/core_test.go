@@ -165,6 +165,9 @@ func runCommand(wp **world, cmd string, a map[string]string, input string) error
 		}
 		sortByKey(keys)
 		fmt.Fprintf(w.out, "hwm=%d rows: %s\n", w.hwm, strings.Join(keys, " "))
+	case "redo":
+		st := w.core.Stats()
+		fmt.Fprintf(w.out, "redone=%d redoing=%t\n", st.Redone, st.Redoing)
 	case "checkpoints":
 		for i, cp := range w.core.Checkpoints() {
 			fmt.Fprintf(w.out, "source=%d %s\n", i, cp)

@@ -497,6 +497,7 @@ func (w *world) crash(rewind int) error {
 	}
 	cfg := w.cfg
 	cfg.Start = cp.sources
+	cfg.RedoUpTo = w.core.CommittedOffsets()
 	if len(cfg.Start) == 0 {
 		cfg.Start = []Checkpoint{{}}
 	}

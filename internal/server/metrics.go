@@ -88,6 +88,16 @@ func (s *Server) registerMetrics(reg *prometheus.Registry) {
 		sinks(func(st sink.Stats) float64 { return st.CheckpointDuration.Seconds() }))
 	gauge("recovery_seconds", "How long the start's restore from the last checkpoint took.", func() float64 { return s.Node.Recovery.Duration.Seconds() })
 	gauge("recovered_checkpoint_ts", "Timestamp of the checkpoint the start restored (0: none).", func() float64 { return float64(s.Node.Recovery.Checkpoint) })
+	counter("redone_transactions_total", "Transactions redone after a crash: the last process had committed them after its last checkpoint.",
+		sinks(func(st sink.Stats) float64 { return float64(st.Redone) }))
+	gauge("redoing", "1 while the sources are not yet past where the last process stopped (after a crash), else 0.", sinks(func(st sink.Stats) float64 {
+		if st.Redoing {
+			return 1
+		}
+		return 0
+	}))
+	gauge("redo_seconds", "How long the redo after a crash took, from the pipeline's start (0 while it runs or when there was none).",
+		sinks(func(st sink.Stats) float64 { return st.RedoTook.Seconds() }))
 	gauge("committed_offset", "Highest source offset of a committed transaction (with one stream: how far the source is applied).",
 		sinks(func(st sink.Stats) float64 { return float64(st.CommittedOffset) }))
 

@@ -118,6 +118,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 			BadInput: sink.Policy(cfg.BadInput), DeadLetterPath: cfg.DeadLetter, Start: starts,
 			Decoder: cdc.DecoderOptions{Decimals: decimals}, Collector: node, Logger: log,
 			Persister: persister{node: node, uris: names}, CheckpointTicks: checkpointTicks(cfg.CheckpointInterval),
+			RedoUpTo: readProgress(node.Config.DataDir, names), Progress: progressWriter(node.Config.DataDir, names),
 		})
 		if err != nil {
 			return nil, err

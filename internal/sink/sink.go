@@ -108,6 +108,13 @@ type Config struct {
 	Persister         Persister
 	CheckpointTicks   int
 	CheckpointCommits int
+	// RedoUpTo is how far the process before committed each stream of each
+	// source, where known: the transactions up to there count as redone.
+	RedoUpTo []map[string]int64
+	// Progress, when set, is told on every tick how far each stream of each
+	// source is committed (the server keeps it for the next start's redo
+	// count).
+	Progress func([]map[string]int64)
 	// Tick is how often the low watermark is read and GC decided (1s).
 	Tick   time.Duration
 	Logger *slog.Logger
@@ -134,6 +141,13 @@ type Stats struct {
 	// CommittedOffset is the highest message offset of a committed
 	// transaction (with one stream: how far the source is applied).
 	CommittedOffset int64
+	// Redone counts the transactions redone after a crash; Redoing is true
+	// until the sources are past where the process before had committed.
+	Redone  uint64
+	Redoing bool
+	// RedoTook is how long the redo took from the pipeline's start (0
+	// while it runs, or when there was none).
+	RedoTook time.Duration
 }
 
 // Sink runs the pipeline; Run blocks until the sources end or fail, a
@@ -149,6 +163,7 @@ type Sink struct {
 	ckptErrors                          atomic.Uint64
 	lastCkpt                            atomic.Pointer[ckptInfo]
 	coreStats                           atomic.Pointer[mirror.Stats] // the core's counters, for other goroutines
+	redoTook                            atomic.Int64                 // nanoseconds the redo after a crash took (0: none or running)
 	ran                                 atomic.Bool
 }
 
@@ -204,7 +219,7 @@ func New(cfg Config) (*Sink, error) {
 	}
 	core, err := mirror.New(mirror.Config{Buckets: cfg.Buckets, Policy: policy, GroupMax: cfg.GroupMax,
 		CheckpointOnCommit: cfg.Checkpoints != nil, CheckpointTicks: max(cfg.CheckpointTicks, 0),
-		CheckpointCommits: max(cfg.CheckpointCommits, 0), Start: start})
+		CheckpointCommits: max(cfg.CheckpointCommits, 0), Start: start, RedoUpTo: cfg.RedoUpTo})
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +242,8 @@ func (s *Sink) Stats() Stats {
 		Ops: s.ops.Load(), Skipped: s.skipped.Load(), DeadLettered: s.deadDecoded.Load() + c.DeadLettered,
 		Aborted: c.Aborted, LastCommitTS: c.LastCommitTS, LastSourceMS: c.LastSourceMS, Committed: c.Rows,
 		Checkpoints: c.Checkpoints, CheckpointTS: c.CheckpointTS, CheckpointErrors: s.ckptErrors.Load(),
-		CommittedOffset: c.CommittedOffset,
+		CommittedOffset: c.CommittedOffset, Redone: c.Redone, Redoing: c.Redoing,
+		RedoTook: time.Duration(s.redoTook.Load()),
 	}
 	if ci := s.lastCkpt.Load(); ci != nil {
 		st.LastCheckpoint, st.CheckpointDuration = ci.at, ci.duration
@@ -272,6 +288,7 @@ type driver struct {
 	stopped chan struct{} // closed when the core is done: senders give up
 	work    context.Context
 	cancel  context.CancelFunc
+	started time.Time
 
 	buckets  []*bucketQueue
 	bucketWG sync.WaitGroup
@@ -281,7 +298,7 @@ type driver struct {
 }
 
 func newDriver(s *Sink) *driver {
-	return &driver{s: s, core: s.core, events: make(chan event, 1024), stopped: make(chan struct{}), gc: make(chan uint64, 1)}
+	return &driver{s: s, core: s.core, events: make(chan event, 1024), stopped: make(chan struct{}), gc: make(chan uint64, 1), started: time.Now()}
 }
 
 // send hands an event to the driver unless it is done.
@@ -329,6 +346,9 @@ func (d *driver) run(ctx context.Context) error {
 			if w, err := s.cfg.Txn.Watermarks(d.work); err == nil {
 				s.core.Tick(w.LWM)
 			}
+			if s.cfg.Progress != nil {
+				s.cfg.Progress(s.core.CommittedOffsets())
+			}
 		case <-stop:
 			stop = nil
 			s.core.Drain(nil)
@@ -344,6 +364,12 @@ func (d *driver) run(ctx context.Context) error {
 			}
 		}
 		st := s.core.Stats()
+		if prev := s.coreStats.Load(); prev.Redoing && !st.Redoing {
+			took := time.Since(d.started)
+			s.redoTook.Store(int64(took))
+			s.log.Info("redo after the crash is done: the sources are past where the last process stopped", "transactions", st.Redone,
+				"took", took.Round(time.Millisecond))
+		}
 		s.coreStats.Store(&st)
 		if done {
 			break
