@@ -180,7 +180,8 @@ func Crash(ctx context.Context, r *Report, cfg CrashConfig) error {
 		}
 		restarts = append(restarts, restart)
 		up := cfg.MinUp + time.Duration(rng.Int64N(int64(cfg.MaxUp-cfg.MinUp)+1))
-		deadline := time.Now().Add(up)
+		served := time.Now()
+		deadline := served.Add(up)
 		// Redo: the server counts the transactions it redoes (those the
 		// killed one had committed after its last checkpoint) and times
 		// them until its sources are past where that one stopped. A trial
@@ -220,8 +221,12 @@ func Crash(ctx context.Context, r *Report, cfg CrashConfig) error {
 		default:
 			how, failpointKills = "at "+armed, failpointKills+1
 		}
-		r.Printf("trial %d: SQL served the recovered state %d ms after the start; up %.1fs, applied to line %d, killed %s",
-			trial, restart.Milliseconds(), up.Seconds(), last, how)
+		applied := "committed nothing"
+		if last > 0 {
+			applied = fmt.Sprintf("committed up to line %d", last)
+		}
+		r.Printf("trial %d: SQL served the recovered state %d ms after the start; up %.1fs, %s, killed %s",
+			trial, restart.Milliseconds(), time.Since(served).Seconds(), applied, how)
 	}
 
 	// The end: the source stops growing, a last server applies all of it.
