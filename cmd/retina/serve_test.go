@@ -143,24 +143,23 @@ func (s *served) metric(name string) float64 {
 // waitCommitted waits until the server has committed n row changes.
 func (s *served) waitCommitted(n int) {
 	s.t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for s.metric("retina_rows_committed_total") < float64(n) {
-		s.healthy()
-		if time.Now().After(deadline) {
-			s.t.Fatalf("committed %v of %d rows in time", s.metric("retina_rows_committed_total"), n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	s.waitMetric("retina_rows_committed_total", n)
 }
 
 // waitApplied waits until the server has committed its source up to line.
 func (s *served) waitApplied(line int) {
 	s.t.Helper()
+	s.waitMetric("retina_committed_offset", line)
+}
+
+// waitMetric waits, while ingestion runs, until a metric reaches want.
+func (s *served) waitMetric(name string, want int) {
+	s.t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
-	for s.metric("retina_committed_offset") < float64(line) {
+	for s.metric(name) < float64(want) {
 		s.healthy()
 		if time.Now().After(deadline) {
-			s.t.Fatalf("committed to line %v, not %d, in time", s.metric("retina_committed_offset"), line)
+			s.t.Fatalf("%s is %v, not %d, after 90s", name, s.metric(name), want)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
