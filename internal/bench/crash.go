@@ -217,7 +217,7 @@ func Crash(ctx context.Context, r *Report, cfg CrashConfig) error {
 				how += " (" + armed + " armed, not reached)"
 			}
 		case armed == "":
-			return fmt.Errorf("trial %d: the server exited on its own: %v; the servers' log ends:\n%s", trial, <-c.exited, tailLog())
+			return fmt.Errorf("trial %d: the server exited on its own: %v; the servers' log ends:\n%s", trial, c.exitErr, tailLog())
 		default:
 			how, failpointKills = "at "+armed, failpointKills+1
 		}

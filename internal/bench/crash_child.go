@@ -23,7 +23,8 @@ type child struct {
 	started time.Time
 	sqlAddr string
 	httpURL string
-	exited  chan error
+	exited  chan struct{} // closed once the process is reaped
+	exitErr error         // how it ended, set before exited closes
 	serving chan struct{}
 }
 
@@ -38,7 +39,7 @@ func startChild(command []string, env []string, args []string, log io.Writer) (*
 	if err != nil {
 		return nil, err
 	}
-	c := &child{cmd: cmd, exited: make(chan error, 1), serving: make(chan struct{})}
+	c := &child{cmd: cmd, exited: make(chan struct{}), serving: make(chan struct{})}
 	c.started = time.Now()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", command[0], err)
@@ -51,7 +52,7 @@ func startChild(command []string, env []string, args []string, log io.Writer) (*
 				close(c.serving)
 			}
 		}
-		c.exited <- cmd.Wait()
+		c.exitErr = cmd.Wait()
 		close(c.exited)
 	}()
 	return c, nil
@@ -62,8 +63,8 @@ func (c *child) waitServing(timeout time.Duration) error {
 	select {
 	case <-c.serving:
 		return nil
-	case err := <-c.exited:
-		return fmt.Errorf("exited before serving: %v", err)
+	case <-c.exited:
+		return fmt.Errorf("exited before serving: %v", c.exitErr)
 	case <-time.After(timeout):
 		return fmt.Errorf("not serving after %s", timeout)
 	}
@@ -79,8 +80,8 @@ func (c *child) kill() {
 func (c *child) stop(timeout time.Duration) error {
 	c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-c.exited:
-		return err
+	case <-c.exited:
+		return c.exitErr
 	case <-time.After(timeout):
 		c.kill()
 		return fmt.Errorf("no clean stop within %s", timeout)

@@ -13,8 +13,10 @@ import (
 )
 
 // TestKafkaNextKeepsRecordsOfACutShortPoll polls with deadlines so short
-// that many expire while a fetch is being handed over: every record must
-// still arrive exactly once, in offset order per partition.
+// that they expire while a fetch is being handed over (half of the polls
+// certainly so): every record must still arrive exactly once, in offset
+// order per partition. Records come in batches, each produced only after a
+// poll found nothing and was cut short.
 func TestKafkaNextKeepsRecordsOfACutShortPoll(t *testing.T) {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), // listens on 127.0.0.1
 		kfake.SeedTopics(2, "db.orders", "db.transaction"))
@@ -27,54 +29,83 @@ func TestKafkaNextKeepsRecordsOfACutShortPoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer prod.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // a lost record shows as a stall
 	defer cancel()
-	const perTopic = 3000
-	var recs []*kgo.Record
-	for i := range perTopic {
-		for _, topic := range []string{"db.orders", "db.transaction"} {
-			recs = append(recs, &kgo.Record{Topic: topic, Value: fmt.Appendf(nil, `{"n":%d}`, i)})
-		}
-	}
-	if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-
 	src, err := OpenKafka(KafkaOptions{Brokers: cluster.ListenAddrs(), TopicRegex: `^db\.`, Group: "cut-short"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer src.Close()
+
+	const batches, perTopic = 20, 150
 	rng := rand.New(rand.NewPCG(1, 2))
 	next := map[string]int64{} // stream → next expected offset
 	got, cutShort := 0, 0
-	for got < len(recs) {
-		if ctx.Err() != nil {
-			t.Fatalf("received %d of %d records before the deadline (%d polls cut short)", got, len(recs), cutShort)
+	for batch := range batches {
+		var recs []*kgo.Record
+		for i := range perTopic {
+			for _, topic := range []string{"db.orders", "db.transaction"} {
+				recs = append(recs, &kgo.Record{Topic: topic, Value: fmt.Appendf(nil, `{"batch":%d,"n":%d}`, batch, i)})
+			}
 		}
-		poll, stop := context.WithTimeout(ctx, time.Duration(rng.IntN(2000))*time.Microsecond)
-		m, err := src.Next(poll)
-		stop()
-		if errors.Is(err, context.DeadlineExceeded) {
-			cutShort++
-			continue
-		}
-		if err != nil {
+		if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
-		if want := next[m.Pos.Stream]; m.Pos.Offset != want {
-			t.Fatalf("%s: offset %d, want %d (a record was lost or repeated)", m.Pos.Stream, m.Pos.Offset, want)
+		want := got + len(recs)
+		for got < want {
+			if ctx.Err() != nil {
+				t.Fatalf("received %d of %d records before the deadline (%d polls cut short)", got, want, cutShort)
+			}
+			var poll context.Context = &expiresDuringPoll{Context: ctx}
+			stop := func() {}
+			if rng.IntN(2) == 0 {
+				poll, stop = context.WithTimeout(ctx, time.Duration(rng.IntN(2000))*time.Microsecond)
+			}
+			m, err := src.Next(poll)
+			stop()
+			if errors.Is(err, context.DeadlineExceeded) {
+				cutShort++
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := next[m.Pos.Stream]; m.Pos.Offset != want {
+				t.Fatalf("%s: offset %d, want %d (a record was lost or repeated)", m.Pos.Stream, m.Pos.Offset, want)
+			}
+			next[m.Pos.Stream]++
+			got++
 		}
-		next[m.Pos.Stream]++
-		got++
+		// Everything produced is in: this poll waits in the fetch until
+		// its deadline, and the next batch must still arrive after it.
+		poll, stop := context.WithTimeout(ctx, time.Millisecond)
+		m, err := src.Next(poll)
+		stop()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("after all %d records, a poll returned %+v, %v; want it cut short", got, m.Pos, err)
+		}
+		cutShort++
 	}
 	if len(next) != 4 {
 		t.Fatalf("records came from %d partitions, want 4", len(next))
 	}
-	if cutShort == 0 {
-		t.Fatal("no poll was cut short: the test exercised nothing")
-	}
 	t.Logf("%d records, %d polls cut short", got, cutShort)
+}
+
+// expiresDuringPoll is a context whose deadline passes while it is in use:
+// it is live when first asked, expired from then on, however quickly the
+// poll returns. (Done stays the parent's: the poll still waits for data.)
+type expiresDuringPoll struct {
+	context.Context
+	asked bool
+}
+
+func (c *expiresDuringPoll) Err() error {
+	if !c.asked {
+		c.asked = true
+		return c.Context.Err()
+	}
+	return context.DeadlineExceeded
 }
 
 // TestKafkaOptionsRejected: a source without brokers or topics, or with a
