@@ -164,10 +164,18 @@ func TestE2EBenchSmall(t *testing.T) {
 	if err := E2E(t.Context(), r, cfg); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"rows_per_sec_sustained", "freshness_p99_ms", "ap_slowdown_ratio", "visibility_bits_per_tuple"} {
+	for _, k := range []string{"rows_per_sec_sustained", "ap_slowdown_ratio", "visibility_bits_per_tuple"} {
 		if v, ok := r.Get(k); !ok || v.(float64) <= 0 {
 			t.Fatalf("figure %s = %v:\n%s", k, v, out.String())
 		}
+	}
+	// Freshness may well be 0: a probe's snapshot can hold a transaction
+	// the stream stamped after the probe started.
+	if v, ok := r.Get("freshness_p99_ms"); !ok || v.(float64) < 0 {
+		t.Fatalf("figure freshness_p99_ms = %v:\n%s", v, out.String())
+	}
+	if v, _ := r.Get("freshness_samples"); v.(int) == 0 {
+		t.Fatalf("no freshness samples:\n%s", out.String())
 	}
 	if v, _ := r.Get("invariant_failures"); v != 0 {
 		t.Fatalf("invariant failures: %v\n%s", v, out.String())
