@@ -30,6 +30,8 @@ var (
 	ErrClosed       = errors.New("catalog: closed")
 	ErrUnallocated  = errors.New("catalog: file id was never allocated")
 	ErrSchemaChange = errors.New("catalog: unsupported schema change")
+	// ErrCorrupt: the catalog file is damaged; Open refuses it.
+	ErrCorrupt = errors.New("catalog: damaged")
 )
 
 // Column is one table column.

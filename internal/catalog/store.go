@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -18,12 +21,46 @@ import (
 	"github.com/retinadb/retina/internal/lake"
 )
 
+// On-disk format: catalog.db is a bbolt database with three buckets.
+//
+//	meta    "format" → "2"; "state" → counters
+//	tables  big-endian uint64 table id → Table
+//	files   big-endian uint64 file id → File
+//
+// Every value but the format is JSON followed by 4 bytes, the big-endian
+// CRC-32C (Castagnoli) of the key and the JSON: bbolt checksums only its
+// meta pages, and a damaged value must be refused, not read as a different
+// row count. A catalog without "format" was written before the checksums
+// (format 1) and gains them when opened.
 var (
 	bucketMeta   = []byte("meta")
 	bucketTables = []byte("tables")
 	bucketFiles  = []byte("files")
 	keyState     = []byte("state")
+	keyFormat    = []byte("format")
 )
+
+const formatChecksummed = "2"
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// seal appends the value's checksum.
+func seal(key, val []byte) []byte {
+	sum := crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, val)
+	return binary.BigEndian.AppendUint32(val, sum)
+}
+
+// unseal checks a sealed value and returns its JSON.
+func unseal(key, raw []byte) ([]byte, error) {
+	if len(raw) < 4 {
+		return nil, fmt.Errorf("%w: the value of key %x is %d bytes, too short for its checksum", ErrCorrupt, key, len(raw))
+	}
+	val := raw[:len(raw)-4]
+	if crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, val) != binary.BigEndian.Uint32(raw[len(raw)-4:]) {
+		return nil, fmt.Errorf("%w: the value of key %x fails its checksum", ErrCorrupt, key)
+	}
+	return val, nil
+}
 
 // counters is the persisted allocation state.
 type counters struct {
@@ -42,50 +79,133 @@ type Catalog struct {
 	closed bool
 }
 
-// Open opens (creating if needed) the catalog in dir.
+// Open opens (creating if needed) the catalog in dir. A damaged catalog
+// file is refused with ErrCorrupt and its path.
 func Open(dir string) (*Catalog, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("catalog: create %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, "catalog.db")
-	db, err := bolt.Open(path, 0o644, &bolt.Options{Timeout: 2 * time.Second})
-	if err != nil {
-		return nil, fmt.Errorf("catalog: open %s (is another process using it?): %w", path, err)
+	db, snap, err := openDB(path)
+	if errors.Is(err, ErrCorrupt) {
+		return nil, fmt.Errorf("catalog: %s is damaged: %w; restore the data directory from a backup, or start over with an empty one", path, err)
 	}
-	snap := &Snapshot{
-		tables: map[uint32]*Table{}, byName: map[string]uint32{},
-		files: map[uint32][]*File{}, fileByID: map[uint64]*File{},
-		nextFile: 1, nextTab: 1, nextIdx: 1,
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketTables, bucketFiles} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return load(tx, snap)
-	})
 	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("catalog: load %s: %w", path, err)
+		return nil, fmt.Errorf("catalog: %s: %w", path, err)
 	}
 	c := &Catalog{db: db}
 	c.cur.Store(snap)
 	return c, nil
 }
 
+// openDB opens, checks and loads the database. bbolt panics on some
+// damaged pages, and reading a truncated file through its memory map
+// faults: both are a damaged file, not a crash.
+func openDB(path string) (db *bolt.DB, snap *Snapshot, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			if db != nil {
+				closeQuietly(db)
+			}
+			db, snap, err = nil, nil, fmt.Errorf("%w: %v", ErrCorrupt, p)
+		}
+	}()
+	db, err = bolt.Open(path, 0o644, &bolt.Options{Timeout: 2 * time.Second})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, nil, fmt.Errorf("another process has it open: %w", err)
+	}
+	if errors.Is(err, bolt.ErrInvalid) || errors.Is(err, bolt.ErrVersionMismatch) || errors.Is(err, bolt.ErrChecksum) {
+		return nil, nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	var damage []error
+	err = db.View(func(tx *bolt.Tx) error {
+		// Check reads every page below the high-water mark on a goroutine
+		// of its own, where a fault would crash: the file must hold them.
+		if st, err := os.Stat(path); err == nil && st.Size() < tx.Size() {
+			damage = append(damage, fmt.Errorf("the file is %d bytes, its pages reach %d: it was cut short", st.Size(), tx.Size()))
+			return nil
+		}
+		for e := range tx.Check() {
+			if len(damage) < 3 {
+				damage = append(damage, e)
+			}
+		}
+		return nil
+	})
+	if err == nil && len(damage) > 0 {
+		err = fmt.Errorf("%w: %v", ErrCorrupt, errors.Join(damage...))
+	}
+	if err == nil {
+		snap = &Snapshot{
+			tables: map[uint32]*Table{}, byName: map[string]uint32{},
+			files: map[uint32][]*File{}, fileByID: map[uint64]*File{},
+			nextFile: 1, nextTab: 1, nextIdx: 1,
+		}
+		err = db.Update(func(tx *bolt.Tx) error {
+			for _, b := range [][]byte{bucketMeta, bucketTables, bucketFiles} {
+				if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+					return err
+				}
+			}
+			return load(tx, snap)
+		})
+	}
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return db, snap, nil
+}
+
+// closeQuietly closes a database that may be too damaged to close.
+func closeQuietly(db *bolt.DB) {
+	defer func() { recover() }()
+	db.Close()
+}
+
+// load reads the whole catalog into snap, checking every value, and
+// converts a format-1 catalog to checksummed values.
 func load(tx *bolt.Tx, snap *Snapshot) error {
-	if raw := tx.Bucket(bucketMeta).Get(keyState); raw != nil {
+	meta := tx.Bucket(bucketMeta)
+	legacy := false
+	switch f := string(meta.Get(keyFormat)); {
+	case f == formatChecksummed:
+	case f == "" && meta.Get(keyState) == nil:
+		// A new catalog.
+	case f == "":
+		legacy = true
+	default:
+		return fmt.Errorf("%w: unknown format %q (written by a newer Retina?)", ErrCorrupt, f)
+	}
+	read := func(key, raw []byte) ([]byte, error) {
+		if legacy {
+			return raw, nil
+		}
+		return unseal(key, raw)
+	}
+	if raw := meta.Get(keyState); raw != nil {
+		val, err := read(keyState, raw)
+		if err != nil {
+			return err
+		}
 		var cnt counters
-		if err := json.Unmarshal(raw, &cnt); err != nil {
-			return fmt.Errorf("meta: %w", err)
+		if err := json.Unmarshal(val, &cnt); err != nil {
+			return fmt.Errorf("%w: meta state: %v", ErrCorrupt, err)
 		}
 		snap.version, snap.nextFile, snap.nextTab, snap.nextIdx = cnt.Version, cnt.NextFile, cnt.NextTab, cnt.NextIdx
 	}
 	err := tx.Bucket(bucketTables).ForEach(func(k, v []byte) error {
+		val, err := read(k, v)
+		if err != nil {
+			return err
+		}
 		t := new(Table)
-		if err := json.Unmarshal(v, t); err != nil {
-			return fmt.Errorf("table %x: %w", k, err)
+		if err := json.Unmarshal(val, t); err != nil {
+			return fmt.Errorf("%w: table %x: %v", ErrCorrupt, k, err)
 		}
 		snap.tables[t.ID] = t
 		snap.byName[strings.ToLower(t.Name)] = t.ID
@@ -94,15 +214,48 @@ func load(tx *bolt.Tx, snap *Snapshot) error {
 	if err != nil {
 		return err
 	}
-	return tx.Bucket(bucketFiles).ForEach(func(k, v []byte) error {
+	err = tx.Bucket(bucketFiles).ForEach(func(k, v []byte) error {
+		val, err := read(k, v)
+		if err != nil {
+			return err
+		}
 		f := new(File)
-		if err := json.Unmarshal(v, f); err != nil {
-			return fmt.Errorf("file %x: %w", k, err)
+		if err := json.Unmarshal(val, f); err != nil {
+			return fmt.Errorf("%w: file %x: %v", ErrCorrupt, k, err)
 		}
 		snap.files[f.TableID] = append(snap.files[f.TableID], f) // keys ascend: lists stay sorted
 		snap.fileByID[f.ID] = f
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	if legacy {
+		return convertLegacy(tx)
+	}
+	return meta.Put(keyFormat, []byte(formatChecksummed))
+}
+
+// convertLegacy seals every value of a format-1 catalog.
+func convertLegacy(tx *bolt.Tx) error {
+	for _, name := range [][]byte{bucketMeta, bucketTables, bucketFiles} {
+		b := tx.Bucket(name)
+		type kv struct{ k, v []byte }
+		var all []kv
+		err := b.ForEach(func(k, v []byte) error {
+			all = append(all, kv{slices.Clone(k), slices.Clone(v)})
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, e := range all {
+			if err := b.Put(e.k, seal(e.k, e.v)); err != nil {
+				return err
+			}
+		}
+	}
+	return tx.Bucket(bucketMeta).Put(keyFormat, []byte(formatChecksummed))
 }
 
 // Snapshot returns the current catalog version.
@@ -139,7 +292,7 @@ func (c *Catalog) change(ctx context.Context, fn func(next *Snapshot, tx *bolt.T
 		if err != nil {
 			return err
 		}
-		return tx.Bucket(bucketMeta).Put(keyState, raw)
+		return tx.Bucket(bucketMeta).Put(keyState, seal(keyState, raw))
 	})
 	if err != nil {
 		return nil, err
@@ -157,7 +310,8 @@ func putRecord[T uint32 | uint64](tx *bolt.Tx, bucket []byte, id T, rec any) err
 	if err != nil {
 		return err
 	}
-	return tx.Bucket(bucket).Put(idKey(id), raw)
+	key := idKey(id)
+	return tx.Bucket(bucket).Put(key, seal(key, raw))
 }
 
 // CreateTable adds a table. Index-service ids are assigned to its primary

@@ -124,7 +124,19 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 			return nil, fmt.Errorf("server: clear the index %s to rebuild it: %w", indexDir, err)
 		}
 	}
-	if n.Index, err = index.Open(index.Config{Backend: cfg.IndexBackend, Dir: indexDir, NoSync: true, Logger: cfg.Logger}); err != nil {
+	idxCfg := index.Config{Backend: cfg.IndexBackend, Dir: indexDir, NoSync: true, Logger: cfg.Logger}
+	n.Index, err = index.Open(idxCfg)
+	if err != nil && keepIndex {
+		// The index is derived from the files: a damaged one is rebuilt,
+		// never served.
+		n.log.Warn("the index kept at the clean stop does not open; rebuilding it from the files", "dir", indexDir, "err", err)
+		keepIndex = false
+		if rmErr := os.RemoveAll(indexDir); rmErr != nil {
+			return nil, fmt.Errorf("server: clear the damaged index %s to rebuild it: %w (it failed with: %v)", indexDir, rmErr, err)
+		}
+		n.Index, err = index.Open(idxCfg)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if n.Lake, err = lake.Open(ctx, cfg.Lake, lake.Options{Logger: cfg.Logger}); err != nil {
