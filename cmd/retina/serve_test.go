@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -253,7 +254,7 @@ func TestServeRestartResumesExactly(t *testing.T) {
 	}
 
 	gen := hybench.New(hybench.Config{SF: 0.0005, Seed: 11, Run: "restart"}, time.Now())
-	var part1, part2 bytes.Buffer
+	var part1, part2, part3 bytes.Buffer
 	if err := gen.WriteSnapshot(context.Background(), &part1); err != nil {
 		t.Fatal(err)
 	}
@@ -270,6 +271,11 @@ func TestServeRestartResumesExactly(t *testing.T) {
 		part2.Write(buf)
 	}
 	rows2 := gen.Changes().Rows + gen.Sizes().Total() - rows1
+	for i := range 200 {
+		buf, _ = gen.NextTxn(buf[:0], now.Add(time.Duration(500+i)*time.Millisecond))
+		part3.Write(buf)
+	}
+	rows3 := gen.Changes().Rows + gen.Sizes().Total() - rows1 - rows2
 
 	for _, index := range []string{"memory", "pebble"} {
 		t.Run(index, func(t *testing.T) {
@@ -291,19 +297,19 @@ func TestServeRestartResumesExactly(t *testing.T) {
 				t.Fatalf("no clean shutdown in the log:\n%s", log)
 			}
 
-			second := startServe(t, args...)
+			// The second run purges the index every second: the updates
+			// of part 3 must find their rows through a purged index.
+			second := startServe(t, append(args, "--index-purge-interval", "1s")...)
 			compareAnswers(t, "after restart", second.answers(), before)
 			second.healthy()
 			if n := second.metric("retina_rows_committed_total"); n != 0 {
 				t.Fatalf("the restart re-applied %v rows", n)
 			}
-			f, err := os.OpenFile(src, os.O_APPEND|os.O_WRONLY, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.Write(part2.Bytes()) // the source keeps following the file
-			f.Close()
+			appendTo(t, src, part2.Bytes()) // the source keeps following the file
 			second.waitCommitted(rows2)
+			second.waitMetric("retina_index_purged_versions_total", 1)
+			appendTo(t, src, part3.Bytes())
+			second.waitCommitted(rows2 + rows3)
 			final := second.answers()
 			if d := second.metric("retina_duplicates_dropped_total"); d != 0 {
 				t.Fatalf("%v duplicate transactions were delivered", d)
@@ -311,12 +317,26 @@ func TestServeRestartResumesExactly(t *testing.T) {
 			second.stop()
 
 			whole := filepath.Join(dir, index+"-whole.jsonl")
-			os.WriteFile(whole, append(bytes.Clone(part1.Bytes()), part2.Bytes()...), 0o644)
+			os.WriteFile(whole, slices.Concat(part1.Bytes(), part2.Bytes(), part3.Bytes()), 0o644)
 			ref := startServe(t, "--config", config, "--data", filepath.Join(dir, index+"-ref"), "--source", "file:"+whole, "--index", index)
-			ref.waitCommitted(rows1 + rows2)
+			ref.waitCommitted(rows1 + rows2 + rows3)
 			compareAnswers(t, "restarted vs uninterrupted", final, ref.answers())
 			ref.stop()
 		})
+	}
+}
+
+func appendTo(t *testing.T, path string, data []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -49,6 +49,42 @@ type memShard struct {
 	long       map[string]slot // entries longer than shortKeyLen
 	spillShort map[shortKey][]version
 	spillLong  map[string][]version
+	// peak is the most entries the maps held since they were last built:
+	// Go maps keep their tables after deletes, so a purge that leaves far
+	// fewer entries rebuilds them (see shrink).
+	peak [4]int
+}
+
+// shrink rebuilds the maps that a purge left at under a quarter of their
+// peak, so memory follows the live entries rather than the most ever held.
+func (sh *memShard) shrink() {
+	sh.short = shrunk(sh.short, &sh.peak[0])
+	sh.long = shrunk(sh.long, &sh.peak[1])
+	sh.spillShort = shrunk(sh.spillShort, &sh.peak[2])
+	sh.spillLong = shrunk(sh.spillLong, &sh.peak[3])
+}
+
+// minShrink is the smallest peak worth a rebuild.
+const minShrink = 64
+
+func shrunk[K comparable, V any](m map[K]V, peak *int) map[K]V {
+	if len(m) >= *peak/4 || *peak < minShrink {
+		return m
+	}
+	out := make(map[K]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	*peak = len(m)
+	return out
+}
+
+// notePeaks records the sizes before a purge: entries only leave the maps
+// by purges (and rare reverts), so these are the peaks since the last one.
+func (sh *memShard) notePeaks() {
+	for i, n := range [4]int{len(sh.short), len(sh.long), len(sh.spillShort), len(sh.spillLong)} {
+		sh.peak[i] = max(sh.peak[i], n)
+	}
 }
 
 func (sh *memShard) getSpill(entry []byte) []version {
@@ -403,6 +439,7 @@ func (s *memorySPI) purge(gcTS uint64) (int, error) {
 		sh := &s.shards[i]
 		var gone [][]byte
 		sh.mu.Lock()
+		sh.notePeaks()
 		for k, sl := range sh.short {
 			n, empty := sh.purgeEntry(k.bytes(), sl, gcTS)
 			total += n
@@ -417,6 +454,7 @@ func (s *memorySPI) purge(gcTS uint64) (int, error) {
 				gone = append(gone, []byte(k))
 			}
 		}
+		sh.shrink()
 		sh.mu.Unlock()
 		for _, e := range gone {
 			s.dropPrefixEntry(e)

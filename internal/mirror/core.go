@@ -75,6 +75,11 @@ type Config struct {
 	// committed since the last one (0 turns a trigger off).
 	CheckpointTicks   int
 	CheckpointCommits int
+	// PurgeTicks: every PurgeTicks ticks, when LWM has moved since the
+	// last purge, the index drops the versions no snapshot ≥ LWM can see
+	// (0 never purges). A purge walks the whole index, so it is rarer than
+	// memory GC.
+	PurgeTicks int
 	// Start holds each source's resume point (one per source).
 	Start []Checkpoint
 	// RedoUpTo holds, per source and stream, how far the process before
@@ -205,6 +210,8 @@ type Core struct {
 	done     bool
 
 	collected uint64
+	purged    uint64 // LWM of the last index purge
+	purgeWait int    // ticks since it
 	ckpt      checkpointState
 	committed []map[string]int64 // per source and stream: highest committed offset
 	ready     Ready
@@ -628,12 +635,18 @@ func (c *Core) checkpointIfAsked() {
 }
 
 // Tick is the passing of time: lwm is the transaction service's low
-// watermark now. Memory GC below it is decided here, and only here.
+// watermark now. Memory GC and index purges below it are decided here,
+// and only here.
 func (c *Core) Tick(lwm uint64) {
 	c.stats.LWM = max(c.stats.LWM, lwm)
 	if c.stats.LWM > c.collected {
 		c.collected = c.stats.LWM
 		c.ready.Collect = c.collected
+	}
+	c.purgeWait++
+	if n := c.cfg.PurgeTicks; n > 0 && c.purgeWait >= n && c.stats.LWM > c.purged {
+		c.purged, c.purgeWait = c.stats.LWM, 0
+		c.ready.Purge = c.purged
 	}
 	for _, t := range c.trackers {
 		t.compact()

@@ -75,7 +75,7 @@ func runCommand(wp **world, cmd string, a map[string]string, input string) error
 			cfg.Policy = DeadLetter
 		}
 		for key, p := range map[string]*int{"group": &cfg.GroupMax, "inflight": &cfg.MaxInflight, "queued": &cfg.MaxQueued,
-			"checkpoint-ticks": &cfg.CheckpointTicks, "checkpoint-commits": &cfg.CheckpointCommits} {
+			"checkpoint-ticks": &cfg.CheckpointTicks, "checkpoint-commits": &cfg.CheckpointCommits, "purge-ticks": &cfg.PurgeTicks} {
 			if *p, err = intArg(a, key, 0); err != nil {
 				return err
 			}

@@ -11,7 +11,7 @@ import (
 // Ready is what the driver does after an event, in this order: write the
 // dead letters (durably), hand commits and aborts to the transaction
 // service in order, queue the sends, tell every bucket to roll back (after
-// what it was sent), ask for timestamps, persist the checkpoint, collect,
+// what it was sent), ask for timestamps, persist the checkpoint, collect, purge,
 // and stop when Done.
 type Ready struct {
 	// DeadLetters are transactions set aside whole.
@@ -34,6 +34,8 @@ type Ready struct {
 	Persist *Persist
 	// Collect, when not 0, is a low watermark to run memory GC below.
 	Collect uint64
+	// Purge, when not 0, is a low watermark to purge index versions below.
+	Purge uint64
 	// Done says the core is finished; Err is why it stopped (nil after a
 	// clean stop or the end of every source).
 	Done bool
@@ -66,7 +68,7 @@ type Rejected struct {
 // Empty says there is nothing to do.
 func (r Ready) Empty() bool {
 	return len(r.DeadLetters) == 0 && len(r.Commit) == 0 && len(r.Abort) == 0 && r.Rollback == 0 &&
-		len(r.Sends) == 0 && r.Request == 0 && r.Checkpoint == nil && r.Persist == nil && r.Collect == 0 && !r.Done
+		len(r.Sends) == 0 && r.Request == 0 && r.Checkpoint == nil && r.Persist == nil && r.Collect == 0 && r.Purge == 0 && !r.Done
 }
 
 // String renders the Ready one item a line, for traces and tests.
@@ -106,6 +108,9 @@ func (r Ready) String() string {
 	}
 	if r.Collect != 0 {
 		fmt.Fprintf(&b, "collect below=%d\n", r.Collect)
+	}
+	if r.Purge != 0 {
+		fmt.Fprintf(&b, "purge below=%d\n", r.Purge)
 	}
 	if r.Done {
 		if r.Err != nil {

@@ -38,6 +38,9 @@ type Config struct {
 	// also taken after 100000 transactions); a crash redoes what came after
 	// the last one from the sources.
 	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
+	// IndexPurgeInterval is how often the index drops the versions no
+	// running query can see (a purge walks the whole index).
+	IndexPurgeInterval time.Duration `yaml:"index_purge_interval"`
 	// BlockRows and FileBlocks shape the write buffers: rows per block
 	// (default 8192) and blocks per file (default 128); a file is combined
 	// into one Parquet object once full.
@@ -66,7 +69,7 @@ func DefaultConfig() Config {
 	return Config{
 		DataDir: "retina-data", SourceEOF: "follow", SQLAddr: "127.0.0.1:5433", HTTPAddr: "127.0.0.1:9187",
 		LogFormat: "text", IndexBackend: "memory", Replayers: 2, Buckets: 16, BadInput: "fail", DecimalHandling: "precise",
-		CheckpointInterval: 5 * time.Second,
+		CheckpointInterval: 5 * time.Second, IndexPurgeInterval: time.Minute,
 	}
 }
 
@@ -109,12 +112,14 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 	if v := getenv("RETINA_SOURCE"); v != "" {
 		c.Sources = strings.Split(v, ",")
 	}
-	if v := getenv("RETINA_CHECKPOINT_INTERVAL"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return fmt.Errorf("config: RETINA_CHECKPOINT_INTERVAL=%q is not a duration (like 5s)", v)
+	for k, p := range map[string]*time.Duration{"RETINA_CHECKPOINT_INTERVAL": &c.CheckpointInterval, "RETINA_INDEX_PURGE_INTERVAL": &c.IndexPurgeInterval} {
+		if v := getenv(k); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("config: %s=%q is not a duration (like 5s)", k, v)
+			}
+			*p = d
 		}
-		c.CheckpointInterval = d
 	}
 	return nil
 }
@@ -140,6 +145,9 @@ func (c *Config) Validate() error {
 	}
 	if c.CheckpointInterval < time.Second {
 		return fmt.Errorf("config: checkpoint_interval %s: at least 1s", c.CheckpointInterval)
+	}
+	if c.IndexPurgeInterval < time.Second {
+		return fmt.Errorf("config: index_purge_interval %s: at least 1s", c.IndexPurgeInterval)
 	}
 	if _, err := cdc.ParseDecimalMode(c.DecimalHandling); err != nil {
 		return fmt.Errorf("config: decimal_handling: %w", err)

@@ -73,6 +73,12 @@ func (s *Server) registerMetrics(reg *prometheus.Registry) {
 		return max(0, float64(time.Now().UnixMilli()-newest)/1000)
 	})
 
+	purges := s.Node.Purges()
+	counter("index_purges_total", "Index purges run (each drops the versions no running query can see).", func() float64 { return float64(purges.Runs.Load()) })
+	counter("index_purged_versions_total", "Index versions dropped by purges.", func() float64 { return float64(purges.Versions.Load()) })
+	counter("index_purge_errors_total", "Index purges that failed (the next one retries).", func() float64 { return float64(purges.Errors.Load()) })
+	counter("index_purge_seconds_total", "Time spent purging the index.", func() float64 { return float64(purges.Nanos.Load()) / 1e9 })
+
 	counter("checkpoints_total", "Replay checkpoints written (a crash redoes what came after the last one from the sources).",
 		sinks(func(st sink.Stats) float64 { return float64(st.Checkpoints) }))
 	counter("checkpoint_errors_total", "Replay checkpoints that failed (the one before stays current).",

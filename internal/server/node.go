@@ -66,6 +66,13 @@ type Node struct {
 	ckptMu   sync.Mutex // one checkpoint write at a time
 	restored *checkpoint.Manifest
 	gcPin    atomic.Uint64 // ts+1 of a checkpoint taking deleted sets, 0 when none
+	purges   PurgeStats
+}
+
+// PurgeStats count index purges.
+type PurgeStats struct {
+	Runs, Versions, Errors atomic.Uint64
+	Nanos                  atomic.Int64 // time spent purging
 }
 
 // OpenNode opens every component on the data directory.
@@ -184,6 +191,27 @@ func (n *Node) Collect(lwm uint64) {
 		rp.Collect(lwm)
 	}
 }
+
+// PurgeIndex drops the index versions no snapshot at or above lwm can
+// see, so the index holds what running queries and replay need, not every
+// version ever written. The sink decides when.
+func (n *Node) PurgeIndex(lwm uint64) {
+	lwm = n.gcBound(lwm)
+	start := time.Now()
+	removed, err := n.Index.Purge(context.Background(), lwm)
+	n.purges.Runs.Add(1)
+	n.purges.Versions.Add(uint64(removed))
+	n.purges.Nanos.Add(int64(time.Since(start)))
+	if err != nil {
+		n.purges.Errors.Add(1)
+		n.log.Warn("index purge failed; the next one retries", "below_ts", lwm, "removed", removed, "err", err)
+		return
+	}
+	n.log.Debug("index purged", "below_ts", lwm, "removed", removed, "took", time.Since(start).Round(time.Millisecond))
+}
+
+// Purges counts the index purges so far.
+func (n *Node) Purges() *PurgeStats { return &n.purges }
 
 // CollectVisibility runs one visibility GC pass at the current LWM now.
 func (n *Node) CollectVisibility(ctx context.Context) visibility.CollectStats {

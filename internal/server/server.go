@@ -117,8 +117,9 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 			Sources: srcs, SourceNames: names, Catalog: node.Catalog, Txn: node.Txn, Replayers: replayers, Buckets: node.Config.Buckets,
 			BadInput: sink.Policy(cfg.BadInput), DeadLetterPath: cfg.DeadLetter, Start: starts,
 			Decoder: cdc.DecoderOptions{Decimals: decimals}, Collector: node, Logger: log,
-			Persister: persister{node: node, uris: names}, CheckpointTicks: checkpointTicks(cfg.CheckpointInterval),
-			RedoUpTo: readProgress(node.Config.DataDir, names), Progress: progressWriter(node.Config.DataDir, names),
+			Persister: persister{node: node, uris: names}, CheckpointTicks: ticks(cfg.CheckpointInterval),
+			PurgeTicks: ticks(cfg.IndexPurgeInterval),
+			RedoUpTo:   readProgress(node.Config.DataDir, names), Progress: progressWriter(node.Config.DataDir, names),
 		})
 		if err != nil {
 			return nil, err
@@ -152,8 +153,8 @@ func (s *Server) openSource(uri string, start mirror.Checkpoint, stdin io.Reader
 // checkpoints).
 const sinkTick = time.Second
 
-// checkpointTicks turns the checkpoint interval into sink ticks.
-func checkpointTicks(interval time.Duration) int {
+// ticks turns an interval into sink ticks.
+func ticks(interval time.Duration) int {
 	return max(int(interval/sinkTick), 1)
 }
 

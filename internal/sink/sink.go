@@ -50,9 +50,11 @@ type Catalog interface {
 	CreateTable(ctx context.Context, name string, schema catalog.Schema) (*catalog.Table, error)
 }
 
-// Collector runs memory GC below a low watermark.
+// Collector runs GC below a low watermark: memory GC of the visibility
+// structures, and index purges.
 type Collector interface {
 	Collect(lwm uint64)
+	PurgeIndex(lwm uint64)
 }
 
 // Persister takes replay checkpoints (the server's node does).
@@ -100,8 +102,10 @@ type Config struct {
 	// Start is where each source resumes (usually the last persisted
 	// checkpoints); missing entries start from the beginning.
 	Start []mirror.Checkpoint
-	// Collector, when set, runs memory GC below the low watermark on ticks.
-	Collector Collector
+	// Collector, when set, runs memory GC below the low watermark on ticks,
+	// and index purges every PurgeTicks ticks (default 60; negative: never).
+	Collector  Collector
+	PurgeTicks int
 	// Persister, when set, takes replay checkpoints every CheckpointTicks
 	// ticks (default 5) or CheckpointCommits commits (default 100000),
 	// whichever comes first.
@@ -197,6 +201,9 @@ func New(cfg Config) (*Sink, error) {
 			cfg.CheckpointCommits = 100_000
 		}
 	}
+	if cfg.PurgeTicks == 0 {
+		cfg.PurgeTicks = 60
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -219,7 +226,7 @@ func New(cfg Config) (*Sink, error) {
 	}
 	core, err := mirror.New(mirror.Config{Buckets: cfg.Buckets, Policy: policy, GroupMax: cfg.GroupMax,
 		CheckpointOnCommit: cfg.Checkpoints != nil, CheckpointTicks: max(cfg.CheckpointTicks, 0),
-		CheckpointCommits: max(cfg.CheckpointCommits, 0), Start: start, RedoUpTo: cfg.RedoUpTo})
+		CheckpointCommits: max(cfg.CheckpointCommits, 0), PurgeTicks: max(cfg.PurgeTicks, 0), Start: start, RedoUpTo: cfg.RedoUpTo})
 	if err != nil {
 		return nil, err
 	}
@@ -292,13 +299,13 @@ type driver struct {
 
 	buckets  []*bucketQueue
 	bucketWG sync.WaitGroup
-	gc       chan uint64
+	gc       chan gcJob
 	gcWG     sync.WaitGroup
 	ckptWG   sync.WaitGroup // the checkpoint being written
 }
 
 func newDriver(s *Sink) *driver {
-	return &driver{s: s, core: s.core, events: make(chan event, 1024), stopped: make(chan struct{}), gc: make(chan uint64, 1), started: time.Now()}
+	return &driver{s: s, core: s.core, events: make(chan event, 1024), stopped: make(chan struct{}), gc: make(chan gcJob, 1), started: time.Now()}
 }
 
 // send hands an event to the driver unless it is done.
@@ -475,17 +482,23 @@ func (d *driver) exec(rd mirror.Ready) {
 	if p := rd.Persist; p != nil {
 		d.persist(p)
 	}
-	if rd.Collect != 0 && s.cfg.Collector != nil {
-		select { // the newest watermark wins; GC never holds up the loop
-		case <-d.gc:
+	if (rd.Collect != 0 || rd.Purge != 0) && s.cfg.Collector != nil {
+		job := gcJob{collect: rd.Collect, purge: rd.Purge}
+		select { // the newest watermarks win; GC never holds up the loop
+		case old := <-d.gc:
+			job.collect, job.purge = max(job.collect, old.collect), max(job.purge, old.purge)
 		default:
 		}
-		d.gc <- rd.Collect
+		d.gc <- job
 	}
 	if rd.Done && rd.Err != nil {
 		s.log.Error("ingestion stopped", "err", rd.Err)
 	}
 }
+
+// gcJob is the GC the core decided: low watermarks to collect and to
+// purge the index below (0: none).
+type gcJob struct{ collect, purge uint64 }
 
 // persist seals the replay state while nothing is in flight and writes it
 // out in the background; the sources confirm upstream only what it made
@@ -546,8 +559,13 @@ func (d *driver) startWorkers() {
 	}
 	if s.cfg.Collector != nil {
 		d.gcWG.Go(func() {
-			for lwm := range d.gc {
-				s.cfg.Collector.Collect(lwm)
+			for job := range d.gc {
+				if job.collect != 0 {
+					s.cfg.Collector.Collect(job.collect)
+				}
+				if job.purge != 0 {
+					s.cfg.Collector.PurgeIndex(job.purge)
+				}
 			}
 		})
 	}
