@@ -75,6 +75,7 @@ exactly where it stopped.`,
 	f.StringVar(&c.DeadLetter, "dead-letter", "", "file the dead-letter policy appends to")
 	f.DurationVar(&c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "how often a replay checkpoint is taken; a crash redoes what came after the last one from the sources")
 	f.DurationVar(&c.IndexPurgeInterval, "index-purge-interval", c.IndexPurgeInterval, "how often the index drops the versions no running query can see")
+	f.DurationVar(&c.IdleInTransactionTimeout, "idle-in-transaction-session-timeout", c.IdleInTransactionTimeout, "end SQL sessions idle inside a transaction this long (SQLSTATE 25P03; 0: no limit)")
 	f.StringVar(&c.DecimalHandling, "decimal-handling", c.DecimalHandling, "how schema-less messages encode decimals (Debezium's decimal.handling.mode): precise, string or double")
 	return cmd, sf
 }
@@ -105,9 +106,10 @@ func applyChangedFlags(fs *pflag.FlagSet, cfg *server.Config, from server.Config
 		"log-format": func() { cfg.LogFormat = from.LogFormat }, "index": func() { cfg.IndexBackend = from.IndexBackend },
 		"replayers": func() { cfg.Replayers = from.Replayers }, "buckets": func() { cfg.Buckets = from.Buckets },
 		"bad-input": func() { cfg.BadInput = from.BadInput }, "dead-letter": func() { cfg.DeadLetter = from.DeadLetter },
-		"decimal-handling":     func() { cfg.DecimalHandling = from.DecimalHandling },
-		"checkpoint-interval":  func() { cfg.CheckpointInterval = from.CheckpointInterval },
-		"index-purge-interval": func() { cfg.IndexPurgeInterval = from.IndexPurgeInterval },
+		"decimal-handling":                    func() { cfg.DecimalHandling = from.DecimalHandling },
+		"checkpoint-interval":                 func() { cfg.CheckpointInterval = from.CheckpointInterval },
+		"index-purge-interval":                func() { cfg.IndexPurgeInterval = from.IndexPurgeInterval },
+		"idle-in-transaction-session-timeout": func() { cfg.IdleInTransactionTimeout = from.IdleInTransactionTimeout },
 	}
 	fs.Visit(func(f *pflag.Flag) {
 		if apply, ok := set[f.Name]; ok {

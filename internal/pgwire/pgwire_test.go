@@ -379,3 +379,87 @@ func TestSnapshotsAreReleased(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestSettings covers SET, SHOW and RESET as drivers send them, and the
+// two timeouts: a statement past statement_timeout is cancelled (57014),
+// and a session idle inside a transaction past
+// idle_in_transaction_session_timeout is ended (FATAL 25P03), which ends
+// its snapshot so the low watermark moves on.
+func TestSettings(t *testing.T) {
+	n := servertest.OpenNode(t)
+	url := serve(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := connect(t, url)
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeDescribeExec} {
+		if _, err := c.Exec(ctx, "SET extra_float_digits = 3", mode); err != nil {
+			t.Fatalf("mode %v: JDBC's start-up SET: %v", mode, err)
+		}
+		if _, err := c.Exec(ctx, "SET application_name = 'retina test'", mode); err != nil {
+			t.Fatal(err)
+		}
+		var app, version string
+		if err := c.QueryRow(ctx, "SHOW application_name", mode).Scan(&app); err != nil || app != "retina test" {
+			t.Fatalf("mode %v: SHOW application_name: %q %v", mode, app, err)
+		}
+		if err := c.QueryRow(ctx, "SHOW server_version", mode).Scan(&version); err != nil || version == "" {
+			t.Fatalf("mode %v: SHOW server_version: %q %v", mode, version, err)
+		}
+		var pe *pgconn.PgError
+		if _, err := c.Exec(ctx, "SET TimeZone = 'Europe/Berlin'", mode); !errors.As(err, &pe) || pe.Code != "22023" {
+			t.Fatalf("mode %v: a time zone Retina cannot honour: %v", mode, err)
+		}
+		if _, err := c.Exec(ctx, "SET no_such_parameter = 1", mode); !errors.As(err, &pe) || pe.Code != "42704" {
+			t.Fatalf("mode %v: an unknown parameter: %v", mode, err)
+		}
+	}
+
+	if _, err := c.Exec(ctx, "SET statement_timeout = '100ms'"); err != nil {
+		t.Fatal(err)
+	}
+	var pe *pgconn.PgError
+	_, err := c.Exec(ctx, "SELECT count(*) FROM range(100000000000) t(i) WHERE i % 7 = 3")
+	if !errors.As(err, &pe) || pe.Code != "57014" {
+		t.Fatalf("a statement past statement_timeout: %v, want SQLSTATE 57014", err)
+	}
+	if _, err := c.Exec(ctx, "RESET statement_timeout"); err != nil {
+		t.Fatal(err)
+	}
+	var one int
+	if err := c.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+		t.Fatalf("the session after a cancelled statement: %v", err)
+	}
+
+	idle := connect(t, url)
+	if _, err := idle.Exec(ctx, "SET idle_in_transaction_session_timeout = 200"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := idle.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if err := idle.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := n.Txn.Watermarks(ctx); err != nil || w.Running != 1 {
+		t.Fatalf("the open transaction holds no snapshot: %+v %v", w, err)
+	}
+	// The server speaks next: it ends the session.
+	err = idle.PgConn().WaitForNotification(ctx)
+	if !errors.As(err, &pe) || pe.Code != "25P03" || pe.Severity != "FATAL" {
+		t.Fatalf("a session idle in a transaction: %v, want FATAL 25P03", err)
+	}
+	for {
+		w, err := n.Txn.Watermarks(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.Running == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the ended session still holds its snapshot: %+v", w)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/duckdb/duckdb-go/v2"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -222,7 +223,7 @@ func (c *clientConn) ready() {
 func (c *clientConn) loop(ctx context.Context) error {
 	skipToSync := false // after an error in the extended protocol
 	for {
-		msg, err := c.be.Receive()
+		msg, err := c.receive()
 		if err != nil {
 			return err
 		}
@@ -280,14 +281,54 @@ func (c *clientConn) loop(ctx context.Context) error {
 
 var errProtocol = errors.New("pgwire: protocol violation")
 
+// errStatementTimeout cancels a statement that ran past statement_timeout.
+var errStatementTimeout = errors.New("canceling statement due to statement timeout")
+
+// errIdleInTransaction ends a session left idle inside a transaction for
+// longer than its idle_in_transaction_session_timeout: its snapshot would
+// hold back the low watermark, and with it every GC, for good.
+var errIdleInTransaction = errors.New("terminating connection due to idle-in-transaction timeout")
+
+// receive waits for the client's next message. Inside a transaction it
+// waits no longer than idle_in_transaction_session_timeout, then ends the
+// session as PostgreSQL does (FATAL, SQLSTATE 25P03).
+func (c *clientConn) receive() (pgproto3.FrontendMessage, error) {
+	var idle time.Duration
+	if c.sess.InTransaction() {
+		idle = c.sess.Settings().Duration("idle_in_transaction_session_timeout")
+	}
+	deadline := time.Time{}
+	if idle > 0 {
+		deadline = time.Now().Add(idle)
+	}
+	if err := c.net.SetReadDeadline(deadline); err != nil {
+		return nil, err
+	}
+	msg, err := c.be.Receive()
+	var ne net.Error
+	if err != nil && idle > 0 && errors.As(err, &ne) && ne.Timeout() {
+		c.srv.log.Info("ended a session idle in a transaction", "remote", c.net.RemoteAddr(), "idle_in_transaction_session_timeout", idle)
+		c.be.Send(&pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "25P03", Message: errIdleInTransaction.Error()})
+		c.be.Flush()
+		return nil, errIdleInTransaction
+	}
+	return msg, err
+}
+
 // run executes one statement with cancellation wired to cancel requests.
 func (c *clientConn) run(ctx context.Context, q string, args []any) (*query.Result, context.CancelFunc, error) {
 	rctx, cancel := context.WithCancel(ctx)
+	if d := c.sess.Settings().Duration("statement_timeout"); d > 0 {
+		rctx, cancel = context.WithTimeoutCause(ctx, d, errStatementTimeout)
+	}
 	c.runMu.Lock()
 	c.running = cancel
 	c.runMu.Unlock()
 	res, err := c.sess.Run(rctx, q, args...)
 	if err != nil {
+		if context.Cause(rctx) == errStatementTimeout {
+			err = fmt.Errorf("%w: %w", errStatementTimeout, err)
+		}
 		c.clearRunning(cancel)
 		return nil, nil, err
 	}
@@ -362,7 +403,11 @@ func (c *clientConn) sendResult(res *query.Result, formats []int16, describe boo
 	if err := res.Err(); err != nil {
 		return err
 	}
-	c.be.Send(&pgproto3.CommandComplete{CommandTag: fmt.Appendf(nil, "%s %d", res.Tag, res.Rows())})
+	tag := []byte(res.Tag)
+	if res.Tag == "SELECT" { // PostgreSQL counts rows for SELECT, not for SHOW
+		tag = fmt.Appendf(nil, "%s %d", res.Tag, res.Rows())
+	}
+	c.be.Send(&pgproto3.CommandComplete{CommandTag: tag})
 	return nil
 }
 
@@ -396,6 +441,16 @@ func (c *clientConn) parse(ctx context.Context, m *pgproto3.Parse) error {
 	word := strings.ToUpper(strings.Fields(strings.TrimSpace(m.Query) + " x")[0])
 	switch word {
 	case "BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "X":
+		c.stmts[m.Name] = p
+		return nil
+	}
+	if cols, ok, err := c.sess.DescribeSetting(m.Query); err != nil {
+		return err
+	} else if ok {
+		for _, col := range cols {
+			p.colNames = append(p.colNames, col.Name)
+			p.colOIDs = append(p.colOIDs, oidOf(col.Type))
+		}
 		c.stmts[m.Name] = p
 		return nil
 	}
@@ -510,10 +565,14 @@ func (c *clientConn) sendError(err error) {
 func sqlState(err error) string {
 	var de *duckdb.Error
 	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, errStatementTimeout):
 		return "57014" // query_canceled
 	case errors.Is(err, query.ErrReadOnly):
 		return "25006" // read_only_sql_transaction
+	case errors.Is(err, query.ErrUnknownSetting):
+		return "42704" // undefined_object
+	case errors.Is(err, query.ErrSetting):
+		return "22023" // invalid_parameter_value
 	case errors.Is(err, errUndefined):
 		return "26000" // invalid_sql_statement_name
 	case errors.Is(err, errProtocol):

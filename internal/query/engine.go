@@ -19,9 +19,11 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/duckdb/duckdb-go/v2"
 
@@ -47,7 +49,10 @@ type Config struct {
 	Threads int
 	// MemoryLimit is DuckDB's memory_limit setting, e.g. "4GB" (default: DuckDB's).
 	MemoryLimit string
-	Logger      *slog.Logger
+	// IdleInTransactionTimeout is the default of the sessions'
+	// idle_in_transaction_session_timeout (0: no limit).
+	IdleInTransactionTimeout time.Duration
+	Logger                   *slog.Logger
 }
 
 // Engine owns the embedded DuckDB database.
@@ -202,9 +207,10 @@ func (e *Engine) Close() error {
 // Session is one client's connection: its own DuckDB connection and, in an
 // explicit read transaction, its snapshot. Not safe for concurrent use.
 type Session struct {
-	e    *Engine
-	conn *sql.Conn
-	tx   *txn.Query // the snapshot between BEGIN and COMMIT
+	e        *Engine
+	conn     *sql.Conn
+	tx       *txn.Query // the snapshot between BEGIN and COMMIT
+	settings *Settings
 }
 
 // NewSession opens a session.
@@ -213,8 +219,11 @@ func (e *Engine) NewSession(ctx context.Context) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("query: new session: %w", err)
 	}
-	return &Session{e: e, conn: c}, nil
+	return &Session{e: e, conn: c, settings: newSettings(e.cfg.IdleInTransactionTimeout)}, nil
 }
+
+// Settings are the session's run-time parameters (SET, RESET, SHOW).
+func (s *Session) Settings() *Settings { return s.settings }
 
 // InTransaction reports an explicit read transaction in progress.
 func (s *Session) InTransaction() bool { return s.tx != nil }
@@ -240,6 +249,8 @@ type Result struct {
 	Columns []Column
 	Tag     string // e.g. SELECT, BEGIN, COMMIT
 	rows    *sql.Rows
+	static  [][]any // rows computed here (SHOW), when rows is nil
+	cur     []any
 	n       int
 	end     func()
 	once    sync.Once
@@ -247,7 +258,15 @@ type Result struct {
 
 // Next advances to the next row.
 func (r *Result) Next() bool {
-	if r.rows == nil || !r.rows.Next() {
+	if r.rows == nil {
+		if r.n >= len(r.static) {
+			return false
+		}
+		r.cur = r.static[r.n]
+		r.n++
+		return true
+	}
+	if !r.rows.Next() {
 		return false
 	}
 	r.n++
@@ -256,6 +275,9 @@ func (r *Result) Next() bool {
 
 // Values scans the current row.
 func (r *Result) Values() ([]any, error) {
+	if r.rows == nil {
+		return slices.Clone(r.cur), nil
+	}
 	vals := make([]any, len(r.Columns))
 	ptrs := make([]any, len(vals))
 	for i := range vals {
@@ -294,6 +316,14 @@ func (r *Result) Close() error {
 func (s *Session) Run(ctx context.Context, stmt string, args ...any) (*Result, error) {
 	s.e.statements.Add(1)
 	switch word := firstWord(stmt); word {
+	case "SET", "RESET", "SHOW":
+		st, ok, err := parseSetting(stmt, func(name string) bool { _, ok := s.settings.lookup(name); return ok })
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return s.setting(st)
+		}
 	case "BEGIN", "START":
 		if s.tx == nil {
 			q, err := s.e.cfg.Txn.BeginQuery(ctx)
@@ -334,6 +364,59 @@ func (s *Session) Run(ctx context.Context, stmt string, args ...any) (*Result, e
 	}
 	res.end = end
 	return res, nil
+}
+
+// setting runs a SET, RESET or SHOW of a parameter.
+func (s *Session) setting(st settingStmt) (*Result, error) {
+	switch {
+	case st.verb == "SHOW" && strings.EqualFold(st.name, "all"):
+		res := &Result{Tag: "SHOW", Columns: []Column{{Name: "name", Type: "VARCHAR"}, {Name: "setting", Type: "VARCHAR"}}}
+		for _, kv := range s.settings.All() {
+			res.static = append(res.static, []any{kv[0], kv[1]})
+		}
+		return res, nil
+	case st.verb == "SHOW":
+		v, ok := s.settings.Get(st.name)
+		if !ok {
+			return nil, fmt.Errorf("%w: %w %q", ErrSetting, ErrUnknownSetting, st.name)
+		}
+		name := strings.ToLower(st.name)
+		if p, ok := s.settings.lookup(st.name); ok {
+			name = p.name
+		}
+		return &Result{Tag: "SHOW", Columns: []Column{{Name: name, Type: "VARCHAR"}}, static: [][]any{{v}}}, nil
+	case st.verb == "RESET" || st.def:
+		if err := s.settings.Reset(st.name); err != nil {
+			return nil, err
+		}
+		return &Result{Tag: st.verb}, nil
+	}
+	if err := s.settings.Set(st.name, st.value); err != nil {
+		return nil, err
+	}
+	return &Result{Tag: "SET"}, nil
+}
+
+// DescribeSetting describes a SET, RESET or SHOW of a parameter without
+// running it: ok is false for any other statement.
+func (s *Session) DescribeSetting(stmt string) (cols []Column, ok bool, err error) {
+	switch firstWord(stmt) {
+	case "SET", "RESET", "SHOW":
+	default:
+		return nil, false, nil
+	}
+	st, ok, err := parseSetting(stmt, func(name string) bool { _, ok := s.settings.lookup(name); return ok })
+	if !ok || err != nil || st.verb != "SHOW" {
+		return nil, ok, err
+	}
+	if strings.EqualFold(st.name, "all") {
+		return []Column{{Name: "name", Type: "VARCHAR"}, {Name: "setting", Type: "VARCHAR"}}, true, nil
+	}
+	name := strings.ToLower(st.name)
+	if p, found := s.settings.lookup(st.name); found {
+		name = p.name
+	}
+	return []Column{{Name: name, Type: "VARCHAR"}}, true, nil
 }
 
 // snapshot is the session's transaction snapshot, or a new one for this

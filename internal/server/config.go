@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -41,6 +42,10 @@ type Config struct {
 	// IndexPurgeInterval is how often the index drops the versions no
 	// running query can see (a purge walks the whole index).
 	IndexPurgeInterval time.Duration `yaml:"index_purge_interval"`
+	// IdleInTransactionTimeout ends SQL sessions left idle inside an
+	// explicit transaction this long (SQLSTATE 25P03), so a forgotten
+	// BEGIN cannot hold back GC; sessions may SET their own (0: no limit).
+	IdleInTransactionTimeout time.Duration `yaml:"idle_in_transaction_session_timeout"`
 	// BlockRows and FileBlocks shape the write buffers: rows per block
 	// (default 8192) and blocks per file (default 128); a file is combined
 	// into one Parquet object once full.
@@ -70,6 +75,7 @@ func DefaultConfig() Config {
 		DataDir: "retina-data", SourceEOF: "follow", SQLAddr: "127.0.0.1:5433", HTTPAddr: "127.0.0.1:9187",
 		LogFormat: "text", IndexBackend: "memory", Replayers: 2, Buckets: 16, BadInput: "fail", DecimalHandling: "precise",
 		CheckpointInterval: 5 * time.Second, IndexPurgeInterval: time.Minute,
+		IdleInTransactionTimeout: 10 * time.Minute,
 	}
 }
 
@@ -112,7 +118,8 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 	if v := getenv("RETINA_SOURCE"); v != "" {
 		c.Sources = strings.Split(v, ",")
 	}
-	for k, p := range map[string]*time.Duration{"RETINA_CHECKPOINT_INTERVAL": &c.CheckpointInterval, "RETINA_INDEX_PURGE_INTERVAL": &c.IndexPurgeInterval} {
+	for k, p := range map[string]*time.Duration{"RETINA_CHECKPOINT_INTERVAL": &c.CheckpointInterval, "RETINA_INDEX_PURGE_INTERVAL": &c.IndexPurgeInterval,
+		"RETINA_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": &c.IdleInTransactionTimeout} {
 		if v := getenv(k); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil {
@@ -145,6 +152,9 @@ func (c *Config) Validate() error {
 	}
 	if c.CheckpointInterval < time.Second {
 		return fmt.Errorf("config: checkpoint_interval %s: at least 1s", c.CheckpointInterval)
+	}
+	if c.IdleInTransactionTimeout < 0 || c.IdleInTransactionTimeout > math.MaxInt32*time.Millisecond {
+		return fmt.Errorf("config: idle_in_transaction_session_timeout %s: want 0 (no limit) up to %s", c.IdleInTransactionTimeout, math.MaxInt32*time.Millisecond)
 	}
 	if c.IndexPurgeInterval < time.Second {
 		return fmt.Errorf("config: index_purge_interval %s: at least 1s", c.IndexPurgeInterval)

@@ -39,6 +39,9 @@ type NodeConfig struct {
 	BlockRows    int    // write-buffer block size (default 8192)
 	FileBlocks   int    // blocks per virtual file (default 128)
 	QueryThreads int    // DuckDB threads (default GOMAXPROCS)
+	// IdleInTransactionTimeout is the SQL sessions' default
+	// idle_in_transaction_session_timeout (0: no limit).
+	IdleInTransactionTimeout time.Duration
 	// FS holds the checkpoint's files (default: the local disk); tests put
 	// a file system there that fails chosen operations.
 	FS vfs.FS
@@ -171,7 +174,8 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 			"clean_stop", r.Clean, "files_dropped", r.Dropped, "files_combined", r.Combined, "took", r.Duration.Round(time.Millisecond))
 	}
 	n.Scanner = scan.New(n.Lake, n.owner, nil)
-	if n.Engine, err = query.Open(ctx, query.Config{Catalog: n.Catalog, Txn: n.Txn, Scanner: n.Scanner, Threads: cfg.QueryThreads, Logger: cfg.Logger}); err != nil {
+	if n.Engine, err = query.Open(ctx, query.Config{Catalog: n.Catalog, Txn: n.Txn, Scanner: n.Scanner, Threads: cfg.QueryThreads,
+		IdleInTransactionTimeout: cfg.IdleInTransactionTimeout, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
 	if recordShards {

@@ -66,7 +66,8 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 		log = slog.Default()
 	}
 	nc := NodeConfig{DataDir: cfg.DataDir, Lake: cfg.Lake, IndexBackend: cfg.IndexBackend, Replayers: cfg.Replayers,
-		Buckets: cfg.Buckets, BlockRows: cfg.BlockRows, FileBlocks: cfg.FileBlocks, Failpoints: opts.Failpoints, Logger: log}
+		Buckets: cfg.Buckets, BlockRows: cfg.BlockRows, FileBlocks: cfg.FileBlocks, Failpoints: opts.Failpoints, Logger: log,
+		IdleInTransactionTimeout: cfg.IdleInTransactionTimeout}
 	if opts.Node != nil {
 		opts.Node(&nc)
 	}
