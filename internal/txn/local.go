@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -49,7 +50,8 @@ type Local struct {
 	qmu     sync.Mutex // running queries and LWM
 	queries map[uint64]uint64
 	counts  map[uint64]int // snapshot → running queries
-	order   []uint64       // distinct running snapshots, increasing
+	order   []uint64       // snapshots with queries, increasing; ended ones linger behind the oldest running
+	ended   int            // entries of order whose queries all ended
 	handles uint64
 
 	bg sync.WaitGroup
@@ -229,7 +231,12 @@ func (s *Local) BeginQuery(context.Context) (Query, error) {
 	h := s.handles
 	s.queries[h] = snap
 	if s.counts[snap] == 0 {
-		s.order = append(s.order, snap)
+		// snap is the newest snapshot: if it is in order, it is the last.
+		if k := len(s.order); k > 0 && s.order[k-1] == snap {
+			s.ended--
+		} else {
+			s.order = append(s.order, snap)
+		}
 	}
 	s.counts[snap]++
 	return Query{Snapshot: snap, Handle: h}, nil
@@ -246,13 +253,20 @@ func (s *Local) EndQuery(_ context.Context, handle uint64) error {
 	delete(s.queries, handle)
 	if s.counts[snap]--; s.counts[snap] == 0 {
 		delete(s.counts, snap)
+		s.ended++
 		i := 0
 		for i < len(s.order) && s.counts[s.order[i]] == 0 {
 			i++
 		}
-		s.order = s.order[i:]
-		if len(s.order) == 0 {
+		s.order, s.ended = s.order[i:], s.ended-i
+		switch {
+		case len(s.order) == 0:
 			s.order = nil // let the backing array go
+		case s.ended > len(s.order)/2:
+			// Short queries that end behind a long one would otherwise
+			// pile up here until it ends.
+			s.order = slices.DeleteFunc(slices.Clone(s.order), func(snap uint64) bool { return s.counts[snap] == 0 })
+			s.ended = 0
 		}
 	}
 	return nil

@@ -192,3 +192,56 @@ func TestWaitHWM(t *testing.T) {
 		t.Fatalf("wait past deadline: %v", err)
 	}
 }
+
+// TestShortQueriesBehindALongOneLeaveNothing: while one query stays open,
+// many short ones at ever newer snapshots begin and end; what the service
+// keeps for them stays bounded, and LWM stays at the long one's snapshot
+// until it ends.
+func TestShortQueriesBehindALongOneLeaveNothing(t *testing.T) {
+	ctx := t.Context()
+	s := newTestLocal(t, openFileStore(t, t.TempDir()), 1024)
+	long, err := s.BeginQuery(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var open []Query
+	for i := range 5000 {
+		r, err := s.BeginMirror(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CommitMirror(ctx, r.First); err != nil {
+			t.Fatal(err)
+		}
+		q, err := s.BeginQuery(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, q)
+		if i%3 != 0 { // end most at once, some a little later
+			for _, q := range open {
+				if err := s.EndQuery(ctx, q.Handle); err != nil {
+					t.Fatal(err)
+				}
+			}
+			open = open[:0]
+		}
+		s.qmu.Lock()
+		kept := len(s.order)
+		s.qmu.Unlock()
+		if kept > 8 {
+			t.Fatalf("after %d short queries the service keeps %d snapshots", i+1, kept)
+		}
+		if w, _ := s.Watermarks(ctx); w.LWM != long.Snapshot {
+			t.Fatalf("LWM %d, want the long query's snapshot %d", w.LWM, long.Snapshot)
+		}
+	}
+	for _, q := range append(open, long) {
+		if err := s.EndQuery(ctx, q.Handle); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w, _ := s.Watermarks(ctx); w.LWM != w.HWM-1 || w.Running != 0 {
+		t.Fatalf("with nothing running: %+v", w)
+	}
+}
