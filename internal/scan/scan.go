@@ -162,9 +162,9 @@ func (sc *Scanner) owner(f *catalog.File) (Owner, error) {
 	return o, nil
 }
 
-// bitmap returns the file's deleted bitmap at the snapshot, or nil when the
-// scan runs without visibility.
-func (sc *Scanner) bitmap(f *catalog.File, vis *visibility.RowGroup, snapshot uint64) ([]uint64, error) {
+// deleted returns the file's deleted set at the snapshot, read per row
+// group as the scan reaches it; nil when the scan runs without visibility.
+func (sc *Scanner) deleted(f *catalog.File, vis *visibility.RowGroup, snapshot uint64) (*deletedSet, error) {
 	if sc.NoVisibility {
 		return nil, nil
 	}
@@ -178,11 +178,30 @@ func (sc *Scanner) bitmap(f *catalog.File, vis *visibility.RowGroup, snapshot ui
 			return nil, fmt.Errorf("replayer %d has no visibility for file %d", f.Replayer, f.ID)
 		}
 	}
-	bm := make([]uint64, vis.BitmapWords())
-	if err := vis.Bitmap(snapshot, bm); err != nil {
+	return &deletedSet{vis: vis, snapshot: snapshot}, nil
+}
+
+// deletedSet is one file's visibility at a snapshot. Each row group (or
+// block) takes the bitmap of its own rows: a file's whole bitmap is
+// 128 KiB for a million rows, a scan of ten rows needs one tile's.
+type deletedSet struct {
+	vis      *visibility.RowGroup
+	snapshot uint64
+	buf      []uint64
+}
+
+// at is the deleted bitmap of rows [offset, offset+rows), bit 0 first;
+// valid until the next call.
+func (d *deletedSet) at(offset, rows int) ([]uint64, error) {
+	if d == nil {
+		return nil, nil
+	}
+	bm, bit, err := d.vis.BitmapRange(d.snapshot, offset, rows, d.buf)
+	if err != nil {
 		return nil, err
 	}
-	return bm, nil
+	d.buf = bm
+	return bitsAt(bm, bit, rows), nil
 }
 
 // scanRegular scans one row group of a Parquet file (only = -1: all).
@@ -196,17 +215,17 @@ func (sc *Scanner) scanRegular(ctx context.Context, req Request, f *catalog.File
 		return err
 	}
 	defer pf.Close()
-	bm, err := sc.bitmap(f, vis, req.Snapshot)
+	del, err := sc.deleted(f, vis, req.Snapshot)
 	if err != nil {
 		return err
 	}
-	return sc.scanRowGroups(ctx, req, pf, 0, only, bm, st, emit)
+	return sc.scanRowGroups(ctx, req, pf, 0, only, del, st, emit)
 }
 
 // scanRowGroups filters and emits the row groups of an open Parquet file
-// (only = -1: all) whose first row is at offset in the bitmap bm. Row
-// groups created after the snapshot are skipped unread.
-func (sc *Scanner) scanRowGroups(ctx context.Context, req Request, pf *lake.File, offset, only int, bm []uint64, st *Stats, emit Selected) error {
+// (only = -1: all) whose first row is at offset in the file's deleted set.
+// Row groups created after the snapshot are skipped unread.
+func (sc *Scanner) scanRowGroups(ctx context.Context, req Request, pf *lake.File, offset, only int, del *deletedSet, st *Stats, emit Selected) error {
 	for g, meta := range pf.RowGroups() {
 		rows := int(meta.Rows)
 		if (only >= 0 && g != only) || meta.Rows == 0 || meta.MinCreateTS > req.Snapshot {
@@ -217,7 +236,12 @@ func (sc *Scanner) scanRowGroups(ctx context.Context, req Request, pf *lake.File
 		if err != nil {
 			return err
 		}
-		err = sc.filterEmit(ctx, rec, bitsAt(bm, offset, rows), req.Snapshot < meta.MaxCreateTS, req.Snapshot, st, emit)
+		deleted, err := del.at(offset, rows)
+		if err != nil {
+			rec.Release()
+			return err
+		}
+		err = sc.filterEmit(ctx, rec, deleted, req.Snapshot < meta.MaxCreateTS, req.Snapshot, st, emit)
 		rec.Release()
 		if err != nil {
 			return err
@@ -228,7 +252,8 @@ func (sc *Scanner) scanRowGroups(ctx context.Context, req Request, pf *lake.File
 }
 
 // scanVirtual scans a file still in a replayer's write buffer: in-memory
-// blocks from the view, flushed blocks from the lake, one bitmap for all.
+// blocks from the view, flushed blocks from the lake, each with the
+// bitmap of its own rows.
 func (sc *Scanner) scanVirtual(ctx context.Context, req Request, f *catalog.File, st *Stats, emit Selected) error {
 	o, err := sc.owner(f)
 	if err != nil {
@@ -244,13 +269,13 @@ func (sc *Scanner) scanVirtual(ctx context.Context, req Request, f *catalog.File
 	if fv.Regular { // combined since the plan was made: read it as regular
 		return sc.scanRegular(ctx, req, f, fv.Key, fv.Vis, -1, st, emit)
 	}
-	bm, err := sc.bitmap(f, fv.Vis, req.Snapshot)
+	del, err := sc.deleted(f, fv.Vis, req.Snapshot)
 	if err != nil {
 		return err
 	}
 	for _, b := range fv.Blocks {
 		if b.Records == nil {
-			if err := sc.scanBlockObject(ctx, req, b, bm, st, emit); err != nil {
+			if err := sc.scanBlockObject(ctx, req, b, del, st, emit); err != nil {
 				return err
 			}
 			continue
@@ -262,7 +287,10 @@ func (sc *Scanner) scanVirtual(ctx context.Context, req Request, f *catalog.File
 			if err != nil {
 				return err
 			}
-			err = sc.filterEmit(ctx, proj, bitsAt(bm, offset, rows), true, req.Snapshot, st, emit)
+			deleted, err := del.at(offset, rows)
+			if err == nil {
+				err = sc.filterEmit(ctx, proj, deleted, true, req.Snapshot, st, emit)
+			}
 			proj.Release()
 			if err != nil {
 				return err
@@ -273,7 +301,7 @@ func (sc *Scanner) scanVirtual(ctx context.Context, req Request, f *catalog.File
 	return nil
 }
 
-func (sc *Scanner) scanBlockObject(ctx context.Context, req Request, b writebuffer.BlockView, bm []uint64, st *Stats, emit Selected) error {
+func (sc *Scanner) scanBlockObject(ctx context.Context, req Request, b writebuffer.BlockView, del *deletedSet, st *Stats, emit Selected) error {
 	r, err := sc.lake.ReaderAt(ctx, b.Key)
 	if err != nil {
 		return err
@@ -283,7 +311,7 @@ func (sc *Scanner) scanBlockObject(ctx context.Context, req Request, b writebuff
 		return err
 	}
 	defer pf.Close()
-	return sc.scanRowGroups(ctx, req, pf, int(b.First), -1, bm, st, emit)
+	return sc.scanRowGroups(ctx, req, pf, int(b.First), -1, del, st, emit)
 }
 
 // project keeps the requested columns of a buffered record (all table

@@ -2,6 +2,7 @@ package visibility
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"unsafe"
 )
@@ -157,6 +158,31 @@ func (g *RowGroup) Bitmap(ts uint64, dst []uint64) error {
 		}
 	}
 	return nil
+}
+
+// BitmapRange is Bitmap for the tuples [first, first+n) only: it writes the
+// deleted set at ts of the tiles covering them into dst (grown as needed)
+// and returns it with the bit at which tuple first sits. A scan of a few
+// rows, or of one row group, builds the bitmap of what it reads, not of
+// the whole file.
+func (g *RowGroup) BitmapRange(ts uint64, first, n int, dst []uint64) ([]uint64, int, error) {
+	if first < 0 || n < 0 || first+n > g.rows {
+		return nil, 0, fmt.Errorf("%w: tuples [%d, %d) of %d", ErrOffsetOutOfRange, first, first+n, g.rows)
+	}
+	if n == 0 {
+		return dst[:0], 0, nil
+	}
+	t0, t1 := first>>g.tileShift, (first+n-1)>>g.tileShift
+	lo, _ := g.tileWordRange(t0)
+	_, hi := g.tileWordRange(t1)
+	dst = slices.Grow(dst[:0], hi-lo)[:hi-lo]
+	for i := t0; i <= t1; i++ {
+		l, h := g.tileWordRange(i)
+		if err := g.tiles[i].bitmap(ts, dst[l-lo:h-lo]); err != nil {
+			return nil, 0, fmt.Errorf("tile %d: %w", i, err)
+		}
+	}
+	return dst, first - lo*64, nil
 }
 
 // CollectStats reports what one Collect did.

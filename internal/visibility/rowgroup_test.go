@@ -362,3 +362,48 @@ func TestMemoryAfterCollect(t *testing.T) {
 		t.Fatal("bitmap after collect differs")
 	}
 }
+
+// TestBitmapRange: the bitmap of any range of tuples says of each tuple
+// what the whole bitmap says, and covers only the tiles of the range.
+func TestBitmapRange(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, rows := range []int{1, 63, 64, 1000, 5000} {
+		g := mustRowGroup(t, rows, WithTileSize(256))
+		o := oracle{}
+		for range rows / 3 {
+			off := uint32(rng.IntN(rows))
+			if _, done := o[off]; done {
+				continue
+			}
+			ts := uint64(1 + rng.IntN(100))
+			if err := g.Delete(off, ts); err != nil {
+				t.Fatal(err)
+			}
+			o[off] = ts
+		}
+		var buf []uint64
+		for range 200 {
+			first := rng.IntN(rows)
+			n := rng.IntN(rows - first + 1)
+			ts := uint64(rng.IntN(110))
+			want := o.bitmap(rows, ts)
+			bm, bit, err := g.BitmapRange(ts, first, n, buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf = bm
+			if tiles := (first+n-1)/256 - first/256 + 1; n > 0 && len(bm) > tiles*4 {
+				t.Fatalf("rows %d [%d,+%d): %d words for %d tiles", rows, first, n, len(bm), tiles)
+			}
+			for i := range n {
+				got := bm[(bit+i)/64]>>((bit+i)%64)&1 == 1
+				if exp := want[(first+i)/64]>>((first+i)%64)&1 == 1; got != exp {
+					t.Fatalf("rows %d [%d,+%d) at %d: tuple %d deleted %v, want %v", rows, first, n, ts, first+i, got, exp)
+				}
+			}
+		}
+		if _, _, err := g.BitmapRange(1, rows-1, 2, nil); !errors.Is(err, ErrOffsetOutOfRange) {
+			t.Fatalf("a range past the end: %v", err)
+		}
+	}
+}

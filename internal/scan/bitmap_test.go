@@ -1,0 +1,57 @@
+package scan_test
+
+import (
+	"context"
+	"runtime"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/replay"
+	"github.com/retinadb/retina/internal/scan"
+	"github.com/retinadb/retina/internal/server/servertest"
+	"github.com/retinadb/retina/internal/types"
+)
+
+// TestSmallScanBuildsASmallBitmap: a scan of ten rows in a virtual file of
+// a million-row capacity reads the visibility of the tiles it covers, not
+// a whole-file bitmap (128 KiB), and still hides the deleted rows.
+func TestSmallScanBuildsASmallBitmap(t *testing.T) {
+	n := servertest.OpenNodeWith(t, 8192, 128)
+	tb := servertest.CreateTable(t, n, "small", []catalog.Column{{Name: "id", Type: types.Of(types.Int64)}}, "id")
+	var ops []replay.Op
+	for i := range 10 {
+		ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{int64(i)}})
+	}
+	servertest.Apply(t, n, ops...)
+	servertest.Apply(t, n, replay.Op{Table: tb.ID, Kind: replay.Delete, Key: []any{int64(3)}}, replay.Op{Table: tb.ID, Kind: replay.Delete, Key: []any{int64(7)}})
+	ctx := context.Background()
+	w, err := n.Txn.Watermarks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := scan.Request{Table: tb, Files: n.Catalog.Snapshot().LiveFiles(tb.ID), Snapshot: w.HWM - 1, Columns: []int{0}}
+	scanOnce := func() (rows int64) {
+		_, err := n.Scanner.Scan(ctx, req, func(rec arrow.RecordBatch) error {
+			rows += rec.NumRows()
+			rec.Release()
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows
+	}
+	scanOnce() // warm up what a first scan sets up once
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	rows := scanOnce()
+	runtime.ReadMemStats(&after)
+	if rows != 8 {
+		t.Fatalf("scanned %d rows, want 8 (10 inserted, 2 deleted)", rows)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 32<<10 {
+		t.Fatalf("a scan of 10 rows allocated %d KiB: it built more than the bitmap of the rows it read", alloc>>10)
+	}
+}
