@@ -130,6 +130,8 @@ type spi interface {
 	scan(prefix []byte, ts uint64, fn func(rowID uint64)) error
 	// purge drops versions no snapshot ≥ gcTS can see.
 	purge(gcTS uint64) (int, error)
+	// versions counts the versions held, tombstones included.
+	versions() (int64, error)
 	sync() error
 	close() error
 }
@@ -517,6 +519,15 @@ func (s *Store) Purge(_ context.Context, gcTS uint64) (int, error) {
 		return 0, err
 	}
 	return s.spi.purge(gcTS)
+}
+
+// Versions counts the key versions the index holds (tombstones included):
+// what purges keep bounded. It walks the whole index.
+func (s *Store) Versions() (int64, error) {
+	if err := s.usable(); err != nil {
+		return 0, err
+	}
+	return s.spi.versions()
 }
 
 // Sync makes every applied write durable (a no-op for the memory backend).

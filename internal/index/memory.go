@@ -463,6 +463,34 @@ func (s *memorySPI) purge(gcTS uint64) (int, error) {
 	return total, nil
 }
 
+func (s *memorySPI) versions() (int64, error) {
+	var n int64
+	count := func(sl slot) {
+		n++
+		if sl.prev.ts != 0 {
+			n++
+		}
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.RLock()
+		for _, sl := range sh.short {
+			count(sl)
+		}
+		for _, sl := range sh.long {
+			count(sl)
+		}
+		for _, vs := range sh.spillShort {
+			n += int64(len(vs))
+		}
+		for _, vs := range sh.spillLong {
+			n += int64(len(vs))
+		}
+		sh.mu.RUnlock()
+	}
+	return n, nil
+}
+
 // dropPrefixEntry forgets a purged non-unique entry in its prefix set. For a
 // unique entry it finds nothing: prefixes start with a non-unique index id.
 func (s *memorySPI) dropPrefixEntry(entry []byte) {

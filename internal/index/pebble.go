@@ -322,6 +322,18 @@ func (p *pebbleSPI) purge(gcTS uint64) (int, error) {
 	return removed, b.Commit(p.wopt)
 }
 
+func (p *pebbleSPI) versions() (int64, error) {
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: []byte{pfxSPI}, UpperBound: []byte{pfxSPI + 1}})
+	if err != nil {
+		return 0, fmt.Errorf("index: iterator: %w", err)
+	}
+	var n int64
+	for ok := it.First(); ok; ok = it.Next() {
+		n++
+	}
+	return n, errors.Join(it.Error(), it.Close())
+}
+
 func (p *pebbleSPI) sync() error {
 	// An empty synced batch fsyncs the WAL behind every earlier write.
 	return p.db.LogData(nil, pebble.Sync)

@@ -72,3 +72,36 @@ func TestMemoryPurgeReturnsMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestPurgeLeavesOneVersionAKey: versions counts what the index holds; a
+// purge at the newest timestamp leaves one version of each live key and
+// none of a deleted one.
+func TestPurgeLeavesOneVersionAKey(t *testing.T) {
+	backends(t, func(t *testing.T, open func() *Store) {
+		ctx := context.Background()
+		s := open()
+		for ts := uint64(1); ts <= 5; ts++ {
+			for i := range 100 {
+				k, _ := s.Key(pkIndex, int64(i), "v")
+				if err := s.Put(ctx, k, ts, uint64(ts*1000)+uint64(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for i := range 10 {
+			k, _ := s.Key(pkIndex, int64(i), "v")
+			if err := s.Tombstone(ctx, k, 6, 5000+uint64(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n, err := s.Versions(); err != nil || n != 510 {
+			t.Fatalf("before the purge: %d versions, %v; want 510", n, err)
+		}
+		if _, err := s.Purge(ctx, 6); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.Versions(); err != nil || n != 90 {
+			t.Fatalf("after the purge: %d versions, %v; want 90", n, err)
+		}
+	})
+}
