@@ -35,6 +35,8 @@ func newBenchCommand() *cobra.Command {
 			bench.DefaultQueryConfig(), queryFlags, bench.Query),
 		benchSubcommand("e2e", "End to end on a HyBench-like workload: sustained rows/s, freshness at 100K rows/s, query slowdown under change",
 			bench.DefaultE2EConfig(), e2eFlags, bench.E2E),
+		benchSubcommand("soak", "Steady state: a long run at a steady rate with queries and a held read transaction; memory, lake vs live bytes, stale share, freshness and query latency over time",
+			bench.DefaultSoakConfig(), soakFlags, bench.Soak),
 		benchSubcommand("crash", "Crash recovery: kill -9 retina serve again and again on a growing source; rows lost or doubled, invariants, restart time",
 			bench.DefaultCrashConfig(), crashFlags, bench.Crash),
 	)
@@ -148,6 +150,16 @@ func e2eFlags(f *pflag.FlagSet, cfg *bench.E2EConfig) {
 	f.IntVar(&cfg.FreshRate, "fresh-rate", cfg.FreshRate, "row changes/s during the freshness phase")
 	f.DurationVar(&cfg.FreshFor, "fresh-for", cfg.FreshFor, "length of the freshness phase")
 	f.DurationVar(&cfg.SustainFor, "sustain-for", cfg.SustainFor, "length of the full-speed phase timed for rows_per_sec_sustained")
+	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
+}
+
+func soakFlags(f *pflag.FlagSet, cfg *bench.SoakConfig) {
+	f.Float64Var(&cfg.SF, "sf", cfg.SF, "HyBench-like scale factor of the base data")
+	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of the change stream")
+	f.IntVar(&cfg.Rate, "rate", cfg.Rate, "row changes/s")
+	f.DurationVar(&cfg.SampleEvery, "sample-every", cfg.SampleEvery, "sampling interval")
+	f.DurationVar(&cfg.HoldFor, "hold", cfg.HoldFor, "how long one explicit read transaction stays open mid-run (0: none)")
+	f.StringVar(&cfg.OutDir, "out", cfg.OutDir, "directory for report.json and the SVG charts (empty: none)")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
 }
 

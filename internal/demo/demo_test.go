@@ -3,6 +3,7 @@ package demo
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,4 +90,39 @@ func firstEventOnly(lines []string) string {
 	}
 	return lines[0] + lines[1] + `{"status":"END","id":"` + field(lines[0], "id") + `","ts_ms":1,"event_count":1,` +
 		`"data_collections":[{"data_collection":"hybench.` + field(lines[1], "table") + `","event_count":1}]}` + "\n"
+}
+
+// TestSoakRunsAndReports runs a short soak: samples, the held transaction
+// and LWM catching up after it, the figures and one chart a series.
+func TestSoakRunsAndReports(t *testing.T) {
+	cfg := DefaultSoakConfig()
+	cfg.SF, cfg.Rate, cfg.Duration, cfg.SampleEvery, cfg.HoldFor = 0.002, 5_000, 3*time.Second, 500*time.Millisecond, time.Second
+	cfg.OutDir = t.TempDir()
+	var lines []string
+	res, err := RunSoak(t.Context(), cfg, func(f string, args ...any) { lines = append(lines, fmt.Sprintf(f, args...)) })
+	if err != nil {
+		t.Fatalf("%v\n%s", err, strings.Join(lines, "\n"))
+	}
+	if len(res.Samples) < 3 || len(res.InvariantFailures) != 0 || res.InvariantChecks == 0 {
+		t.Fatalf("samples %d, invariants %d checked, failed %v", len(res.Samples), res.InvariantChecks, res.InvariantFailures)
+	}
+	if res.HoldEndS <= res.HoldStartS {
+		t.Fatalf("the held transaction did not run: %+v", res)
+	}
+	for _, s := range res.Samples {
+		if s.RSSBytes <= 0 || s.Versions <= 0 || s.IndexVersions <= 0 {
+			t.Fatalf("a sample missing figures: %+v", s)
+		}
+	}
+	for _, k := range []string{"rss_growth_ratio", "lake_to_live_bytes_max", "stale_share_max", "freshness_p99_ms_first_minute",
+		"freshness_p99_ms_last_minute", "ap_latency_ratio_last_vs_first", "lwm_lag_max_s", "visibility_bits_per_tuple"} {
+		if _, ok := res.Figures[k]; !ok {
+			t.Fatalf("figure %s missing from %v", k, res.Figures)
+		}
+	}
+	for _, f := range []string{"report.json", "rss.svg", "lake.svg", "stale.svg", "freshness.svg", "ap.svg", "lwm.svg", "index.svg", "visibility.svg"} {
+		if _, err := os.Stat(filepath.Join(cfg.OutDir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
