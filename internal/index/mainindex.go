@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/google/btree"
@@ -31,6 +32,27 @@ type Location struct {
 type miEntry struct {
 	r   RowRange
 	loc Location
+	// rows, when set, lists the row ids (minus r.First, ascending) that
+	// still exist: storage GC rewrote the file without the others, and the
+	// i-th of them lives at loc.Offset+i. Nil means every row of r, in
+	// order.
+	rows []uint32
+}
+
+// at is where row id lives, if the entry holds it.
+func (e miEntry) at(id uint64) (Location, bool) {
+	loc := e.loc
+	k := uint32(id - e.r.First)
+	if e.rows == nil {
+		loc.Offset += k
+		return loc, true
+	}
+	i, ok := slices.BinarySearch(e.rows, k)
+	if !ok {
+		return Location{}, false
+	}
+	loc.Offset += uint32(i)
+	return loc, true
 }
 
 func lessEntry(a, b miEntry) bool { return a.r.First < b.r.First }
@@ -119,8 +141,10 @@ func (m *mainIndex) locate(id uint64) (Location, error) {
 	if !ok {
 		return Location{}, fmt.Errorf("%w: row id %d has no location", ErrNotFound, id)
 	}
-	loc := e.loc
-	loc.Offset += uint32(id - e.r.First)
+	loc, ok := e.at(id)
+	if !ok {
+		return Location{}, fmt.Errorf("%w: row id %d was dropped by storage GC", ErrNotFound, id)
+	}
 	return loc, nil
 }
 
@@ -143,6 +167,9 @@ func (m *mainIndex) remap(r RowRange, loc Location) error {
 	var put []miEntry
 	var del []uint64
 	for _, e := range ov {
+		if e.rows != nil {
+			return fmt.Errorf("%w: remap of [%d, %d) meets rows storage GC moved", ErrOverlap, r.First, r.end())
+		}
 		del = append(del, e.r.First)
 		if e.r.First < r.First { // the part before r stays
 			put = append(put, miEntry{r: RowRange{First: e.r.First, N: uint32(r.First - e.r.First)}, loc: e.loc})
@@ -154,6 +181,72 @@ func (m *mainIndex) remap(r RowRange, loc Location) error {
 		}
 	}
 	put = append(put, miEntry{r: r, loc: loc})
+	if err := m.save(put, del); err != nil {
+		return err
+	}
+	for _, first := range del {
+		m.tree.Delete(miEntry{r: RowRange{First: first}})
+	}
+	for _, e := range put {
+		m.tree.ReplaceOrInsert(e)
+	}
+	return nil
+}
+
+// remapFile moves the rows located in file from to file to, after storage
+// GC rewrote it: kept lists, ascending, the offsets in from that moved; the
+// i-th of them is offset i of to. Rows at other offsets are gone.
+func (m *mainIndex) remapFile(from, to uint64, kept []uint32) error {
+	if !slices.IsSorted(kept) {
+		return fmt.Errorf("index: remap of file %d: kept offsets out of order", from)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var old []miEntry
+	m.tree.Ascend(func(e miEntry) bool {
+		if e.loc.FileID == from {
+			old = append(old, e)
+		}
+		return true
+	})
+	var put []miEntry
+	var del []uint64
+	for _, e := range old {
+		// The entry's rows sit at increasing offsets of from; the kept ones
+		// take consecutive offsets of to, from the rank of the first.
+		var rows []uint32
+		first := -1
+		n := int(e.r.N)
+		if e.rows != nil {
+			n = len(e.rows)
+		}
+		i, _ := slices.BinarySearch(kept, e.loc.Offset)
+		for j := 0; j < n && i < len(kept); j++ {
+			off := e.loc.Offset + uint32(j)
+			for i < len(kept) && kept[i] < off {
+				i++
+			}
+			if i < len(kept) && kept[i] == off {
+				if first < 0 {
+					first = i
+				}
+				k := uint32(j)
+				if e.rows != nil {
+					k = e.rows[j]
+				}
+				rows = append(rows, k)
+			}
+		}
+		if len(rows) == 0 {
+			del = append(del, e.r.First)
+			continue
+		}
+		ne := miEntry{r: e.r, loc: Location{FileID: to, Offset: uint32(first)}, rows: rows}
+		if len(rows) == int(e.r.N) {
+			ne.rows = nil // every row moved, in order
+		}
+		put = append(put, ne)
+	}
 	if err := m.save(put, del); err != nil {
 		return err
 	}
@@ -214,6 +307,17 @@ func (s *Store) Remap(_ context.Context, r RowRange, loc Location) error {
 		return err
 	}
 	return s.mi.remap(r, loc)
+}
+
+// RemapFile points the rows of file from that storage GC kept at their
+// offsets in file to: kept lists their offsets in from, ascending, and the
+// i-th of them is offset i of to. The other rows of from are gone; looking
+// them up fails with ErrNotFound.
+func (s *Store) RemapFile(_ context.Context, from, to uint64, kept []uint32) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	return s.mi.remapFile(from, to, kept)
 }
 
 // DropRanges removes every range located in the given files (files deleted

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -362,6 +363,9 @@ func (p *pebbleSPI) saveMI(put []miEntry, del []uint64) error {
 		v = binary.BigEndian.AppendUint64(v, e.loc.FileID)
 		v = binary.BigEndian.AppendUint32(v, e.loc.RowGroup)
 		v = binary.BigEndian.AppendUint32(v, e.loc.Offset)
+		for _, k := range e.rows { // the rows storage GC kept, if it ran
+			v = binary.BigEndian.AppendUint32(v, k)
+		}
 		if err := b.Set(miKey(e.r.First), v, nil); err != nil {
 			return err
 		}
@@ -384,17 +388,24 @@ func (p *pebbleSPI) loadMI(fn func(miEntry)) error {
 		if err != nil {
 			return err
 		}
-		if len(k) != 9 || len(v) != 20 {
+		if len(k) != 9 || len(v) < 20 || (len(v)-20)%4 != 0 {
 			return fmt.Errorf("corrupt main-index record %x = %x", k, v)
 		}
-		fn(miEntry{
+		e := miEntry{
 			r: RowRange{First: binary.BigEndian.Uint64(k[1:]), N: binary.BigEndian.Uint32(v)},
 			loc: Location{
 				FileID:   binary.BigEndian.Uint64(v[4:]),
 				RowGroup: binary.BigEndian.Uint32(v[12:]),
 				Offset:   binary.BigEndian.Uint32(v[16:]),
 			},
-		})
+		}
+		for p := 20; p < len(v); p += 4 {
+			e.rows = append(e.rows, binary.BigEndian.Uint32(v[p:]))
+		}
+		if e.rows != nil && (len(e.rows) > int(e.r.N) || !slices.IsSorted(e.rows) || e.rows[len(e.rows)-1] >= e.r.N) {
+			return fmt.Errorf("corrupt main-index record %x: kept rows out of range or order", k)
+		}
+		fn(e)
 	}
 	return it.Error()
 }
