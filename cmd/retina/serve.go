@@ -76,6 +76,8 @@ exactly where it stopped.`,
 	f.DurationVar(&c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "how often a replay checkpoint is taken; a crash redoes what came after the last one from the sources")
 	f.DurationVar(&c.IndexPurgeInterval, "index-purge-interval", c.IndexPurgeInterval, "how often the index drops the versions no running query can see")
 	f.DurationVar(&c.IdleInTransactionTimeout, "idle-in-transaction-session-timeout", c.IdleInTransactionTimeout, "end SQL sessions idle inside a transaction this long (SQLSTATE 25P03; 0: no limit)")
+	f.DurationVar(&c.StorageGCInterval, "storage-gc-interval", c.StorageGCInterval, "how often storage GC looks for files to rewrite (0: off)")
+	f.Float64Var(&c.StorageGCStaleShare, "storage-gc-stale-share", c.StorageGCStaleShare, "share of a file's versions that must be stale before storage GC rewrites it")
 	f.StringVar(&c.DecimalHandling, "decimal-handling", c.DecimalHandling, "how schema-less messages encode decimals (Debezium's decimal.handling.mode): precise, string or double")
 	return cmd, sf
 }
@@ -110,6 +112,8 @@ func applyChangedFlags(fs *pflag.FlagSet, cfg *server.Config, from server.Config
 		"checkpoint-interval":                 func() { cfg.CheckpointInterval = from.CheckpointInterval },
 		"index-purge-interval":                func() { cfg.IndexPurgeInterval = from.IndexPurgeInterval },
 		"idle-in-transaction-session-timeout": func() { cfg.IdleInTransactionTimeout = from.IdleInTransactionTimeout },
+		"storage-gc-interval":                 func() { cfg.StorageGCInterval = from.StorageGCInterval },
+		"storage-gc-stale-share":              func() { cfg.StorageGCStaleShare = from.StorageGCStaleShare },
 	}
 	fs.Visit(func(f *pflag.Flag) {
 		if apply, ok := set[f.Name]; ok {

@@ -161,6 +161,8 @@ func (s FileState) String() string {
 var allowed = map[[2]FileState]bool{
 	{Virtual, Regular}: true, {Virtual, Retired}: true,
 	{Regular, Aging}: true, {Regular, Retired}: true, {Aging, Retired}: true, {Aging, Regular}: true,
+	// A restore revives a file storage GC retired after the checkpoint.
+	{Retired, Regular}: true,
 }
 
 // File is one file of a table.

@@ -33,12 +33,16 @@ const (
 	CheckpointBeforeRename  = "checkpoint-before-manifest"
 	CheckpointAfterManifest = "checkpoint-after-manifest"
 	RestoreMidway           = "restore-midway"
+	GCRewritten             = "gc-rewritten"   // storage GC wrote the new file, nothing switched
+	GCSwapped               = "gc-swapped"     // the catalog swapped, the index not yet remapped
+	GCBeforeDrop            = "gc-before-drop" // the old file is about to be deleted
 )
 
 // All lists every point, for tools that pick some at random.
 func All() []string {
 	return []string{FlushBeforeUpload, FlushAfterUpload, CombineBeforeCatalog, CombineAfterCatalog,
-		CheckpointBeforeVis, CheckpointBeforeRename, CheckpointAfterManifest, RestoreMidway}
+		CheckpointBeforeVis, CheckpointBeforeRename, CheckpointAfterManifest, RestoreMidway,
+		GCRewritten, GCSwapped, GCBeforeDrop}
 }
 
 // Set is a set of armed failpoints. The nil Set has none.

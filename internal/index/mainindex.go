@@ -195,8 +195,8 @@ func (m *mainIndex) remap(r RowRange, loc Location) error {
 
 // remapFile moves the rows located in file from to file to, after storage
 // GC rewrote it: kept lists, ascending, the offsets in from that moved; the
-// i-th of them is offset i of to. Rows at other offsets are gone.
-func (m *mainIndex) remapFile(from, to uint64, kept []uint32) error {
+// i-th of them is offset base+i of to. Rows at other offsets are gone.
+func (m *mainIndex) remapFile(from, to uint64, base uint32, kept []uint32) error {
 	if !slices.IsSorted(kept) {
 		return fmt.Errorf("index: remap of file %d: kept offsets out of order", from)
 	}
@@ -241,7 +241,7 @@ func (m *mainIndex) remapFile(from, to uint64, kept []uint32) error {
 			del = append(del, e.r.First)
 			continue
 		}
-		ne := miEntry{r: e.r, loc: Location{FileID: to, Offset: uint32(first)}, rows: rows}
+		ne := miEntry{r: e.r, loc: Location{FileID: to, Offset: base + uint32(first)}, rows: rows}
 		if len(rows) == int(e.r.N) {
 			ne.rows = nil // every row moved, in order
 		}
@@ -311,13 +311,14 @@ func (s *Store) Remap(_ context.Context, r RowRange, loc Location) error {
 
 // RemapFile points the rows of file from that storage GC kept at their
 // offsets in file to: kept lists their offsets in from, ascending, and the
-// i-th of them is offset i of to. The other rows of from are gone; looking
-// them up fails with ErrNotFound.
-func (s *Store) RemapFile(_ context.Context, from, to uint64, kept []uint32) error {
+// i-th of them is offset base+i of to (several files may be rewritten into
+// one). The other rows of from are gone; looking them up fails with
+// ErrNotFound.
+func (s *Store) RemapFile(_ context.Context, from, to uint64, base uint32, kept []uint32) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
-	return s.mi.remapFile(from, to, kept)
+	return s.mi.remapFile(from, to, base, kept)
 }
 
 // DropRanges removes every range located in the given files (files deleted

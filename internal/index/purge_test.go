@@ -149,7 +149,7 @@ func TestRemapFileComposes(t *testing.T) {
 						where[id] = Location{FileID: into, Offset: uint32(i)}
 					}
 				}
-				if err := s.RemapFile(ctx, file, into, kept); err != nil {
+				if err := s.RemapFile(ctx, file, into, 0, kept); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -31,6 +31,9 @@ type Sealed struct {
 // Seal captures the state at ts. The caller keeps every write away while
 // it runs (the sink is quiesced).
 func (n *Node) Seal(ts uint64) (*Sealed, error) {
+	if err := n.switchRewrites(ts); err != nil {
+		return nil, err
+	}
 	n.pinGC(ts)
 	st := &Sealed{n: n, manifest: &checkpoint.Manifest{TS: ts, Buckets: n.Config.Buckets, Replayers: n.Config.Replayers}}
 	virtual := map[uint64]int{} // file → rows sealed
@@ -98,6 +101,7 @@ func (s *Sealed) Write(ctx context.Context, sources []checkpoint.Source) error {
 	if err := n.ckpts.Write(m, vis); err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
+	n.checkpointed(m.TS)
 	return nil
 }
 

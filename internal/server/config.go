@@ -46,6 +46,11 @@ type Config struct {
 	// explicit transaction this long (SQLSTATE 25P03), so a forgotten
 	// BEGIN cannot hold back GC; sessions may SET their own (0: no limit).
 	IdleInTransactionTimeout time.Duration `yaml:"idle_in_transaction_session_timeout"`
+	// StorageGCInterval is how often storage GC looks for files to rewrite
+	// (0 turns it off); StorageGCStaleShare is the share of a file's
+	// versions that must be stale before it is rewritten.
+	StorageGCInterval   time.Duration `yaml:"storage_gc_interval"`
+	StorageGCStaleShare float64       `yaml:"storage_gc_stale_share"`
 	// BlockRows and FileBlocks shape the write buffers: rows per block
 	// (default 8192) and blocks per file (default 128); a file is combined
 	// into one Parquet object once full.
@@ -76,6 +81,7 @@ func DefaultConfig() Config {
 		LogFormat: "text", IndexBackend: "memory", Replayers: 2, Buckets: 16, BadInput: "fail", DecimalHandling: "precise",
 		CheckpointInterval: 5 * time.Second, IndexPurgeInterval: time.Minute,
 		IdleInTransactionTimeout: 10 * time.Minute,
+		StorageGCInterval:        10 * time.Second, StorageGCStaleShare: 0.5,
 	}
 }
 
@@ -119,7 +125,8 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 		c.Sources = strings.Split(v, ",")
 	}
 	for k, p := range map[string]*time.Duration{"RETINA_CHECKPOINT_INTERVAL": &c.CheckpointInterval, "RETINA_INDEX_PURGE_INTERVAL": &c.IndexPurgeInterval,
-		"RETINA_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": &c.IdleInTransactionTimeout} {
+		"RETINA_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": &c.IdleInTransactionTimeout,
+		"RETINA_STORAGE_GC_INTERVAL":                 &c.StorageGCInterval} {
 		if v := getenv(k); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil {
@@ -155,6 +162,12 @@ func (c *Config) Validate() error {
 	}
 	if c.IdleInTransactionTimeout < 0 || c.IdleInTransactionTimeout > math.MaxInt32*time.Millisecond {
 		return fmt.Errorf("config: idle_in_transaction_session_timeout %s: want 0 (no limit) up to %s", c.IdleInTransactionTimeout, math.MaxInt32*time.Millisecond)
+	}
+	if c.StorageGCInterval < 0 {
+		return fmt.Errorf("config: storage_gc_interval %s: want 0 (off) or a positive interval", c.StorageGCInterval)
+	}
+	if c.StorageGCStaleShare <= 0 || c.StorageGCStaleShare > 1 {
+		return fmt.Errorf("config: storage_gc_stale_share %g: want a share in (0, 1]", c.StorageGCStaleShare)
 	}
 	if c.IndexPurgeInterval < time.Second {
 		return fmt.Errorf("config: index_purge_interval %s: at least 1s", c.IndexPurgeInterval)

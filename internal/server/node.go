@@ -42,6 +42,8 @@ type NodeConfig struct {
 	// IdleInTransactionTimeout is the SQL sessions' default
 	// idle_in_transaction_session_timeout (0: no limit).
 	IdleInTransactionTimeout time.Duration
+	// StorageGC tunes the rewriting of stale and small files.
+	StorageGC StorageGCConfig
 	// FS holds the checkpoint's files (default: the local disk); tests put
 	// a file system there that fails chosen operations.
 	FS vfs.FS
@@ -70,6 +72,7 @@ type Node struct {
 	restored *checkpoint.Manifest
 	gcPin    atomic.Uint64 // ts+1 of a checkpoint taking deleted sets, 0 when none
 	purges   PurgeStats
+	gc       storageGC
 }
 
 // PurgeStats count index purges.
@@ -98,6 +101,13 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	if cfg.Buckets <= 0 {
 		cfg.Buckets = 16
 	}
+	if cfg.BlockRows <= 0 {
+		cfg.BlockRows = 8192
+	}
+	if cfg.FileBlocks <= 0 {
+		cfg.FileBlocks = 128
+	}
+	cfg.StorageGC.defaults()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

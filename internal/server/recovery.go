@@ -18,6 +18,7 @@ import (
 	"github.com/retinadb/retina/internal/failpoint"
 	"github.com/retinadb/retina/internal/lake"
 	"github.com/retinadb/retina/internal/mirror"
+	"github.com/retinadb/retina/internal/replay"
 	"github.com/retinadb/retina/internal/visibility"
 	"github.com/retinadb/retina/internal/writebuffer"
 )
@@ -154,10 +155,23 @@ func (n *Node) restore(ctx context.Context, m *checkpoint.Manifest, rebuildIndex
 			}
 		}
 	}
+	if err := n.sweepGCObjects(ctx); err != nil {
+		return err
+	}
 	n.Config.Failpoints.Hit(failpoint.RestoreMidway)
 	for _, cf := range m.Files {
 		snap := n.Catalog.Snapshot()
 		f, ok := snap.File(cf.ID)
+		if ok && f.State == catalog.Retired {
+			// Storage GC replaced it after the checkpoint; the checkpoint's
+			// state has it, so it comes back (its object is kept until a
+			// checkpoint without it is durable).
+			if _, err := n.Catalog.SetFileState(ctx, f.ID, catalog.Regular, nil); err != nil {
+				return fmt.Errorf("server: revive file %d that storage GC replaced after the checkpoint: %w", cf.ID, err)
+			}
+			snap = n.Catalog.Snapshot()
+			f, ok = snap.File(cf.ID)
+		}
 		if !ok || !f.Live() {
 			return fmt.Errorf("server: the checkpoint names file %d, which the catalog does not have live: the catalog is older than the checkpoint; restore the data directory from a backup, or start over with an empty one", cf.ID)
 		}
@@ -313,6 +327,31 @@ func (n *Node) dropFile(ctx context.Context, f *catalog.File) error {
 	}
 	if err := n.Catalog.DeleteFile(ctx, f.ID); err != nil {
 		return fmt.Errorf("server: drop file %d born after the checkpoint: %w", f.ID, err)
+	}
+	return nil
+}
+
+// sweepGCObjects deletes the objects storage GC wrote for files no catalog
+// entry names: a rewrite the process did not live to switch in.
+func (n *Node) sweepGCObjects(ctx context.Context) error {
+	snap := n.Catalog.Snapshot()
+	for _, t := range snap.Tables() {
+		named := map[string]bool{}
+		for _, f := range snap.Files(t.ID) {
+			named[f.Key] = true
+		}
+		objs, err := n.Lake.List(ctx, replay.GCPrefix(t.ID))
+		if err != nil {
+			return fmt.Errorf("server: list the storage-GC files of %s: %w", t.Name, err)
+		}
+		for _, o := range objs {
+			if named[o.Key] {
+				continue
+			}
+			if err := n.Lake.Delete(ctx, o.Key); err != nil {
+				return fmt.Errorf("server: delete %s, a storage-GC file never switched in: %w", o.Key, err)
+			}
+		}
 	}
 	return nil
 }

@@ -67,7 +67,11 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 	}
 	nc := NodeConfig{DataDir: cfg.DataDir, Lake: cfg.Lake, IndexBackend: cfg.IndexBackend, Replayers: cfg.Replayers,
 		Buckets: cfg.Buckets, BlockRows: cfg.BlockRows, FileBlocks: cfg.FileBlocks, Failpoints: opts.Failpoints, Logger: log,
-		IdleInTransactionTimeout: cfg.IdleInTransactionTimeout}
+		IdleInTransactionTimeout: cfg.IdleInTransactionTimeout,
+		StorageGC:                StorageGCConfig{Interval: cfg.StorageGCInterval, StaleShare: cfg.StorageGCStaleShare}}
+	if cfg.StorageGCInterval == 0 {
+		nc.StorageGC.Interval = -1 // off
+	}
 	if opts.Node != nil {
 		opts.Node(&nc)
 	}
@@ -237,6 +241,10 @@ func (s *Server) Run(ctx context.Context) error {
 	} else {
 		ingested <- nil
 	}
+	var gcWG sync.WaitGroup
+	if s.sink != nil {
+		gcWG.Go(func() { s.Node.RunStorageGC(intake) })
+	}
 	serveCtx, stopServe := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServe()
 	var wg sync.WaitGroup
@@ -256,6 +264,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("shutting down: stopping intake")
 	stopIntake()
 	ingestErr := <-ingested // in-flight transactions are committed or rolled back
+	gcWG.Wait()
 	stopServe()
 	hs.Close()
 	wg.Wait()

@@ -515,6 +515,10 @@ func (d *driver) persist(p *mirror.Persist) {
 		d.core.Fail(fmt.Errorf("sink: %w", serr))
 		return
 	}
+	if errors.Is(err, mirror.ErrUnclean) { // the replay state is not whole
+		d.core.Fail(fmt.Errorf("sink: replay checkpoint: %w", err))
+		return
+	}
 	if err != nil {
 		return
 	}

@@ -1,0 +1,368 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/mirror"
+	"github.com/retinadb/retina/internal/replay"
+)
+
+// Storage GC, the node's part: a loop rewrites the files whose versions
+// are mostly stale (and combines small ones) in the background, the next
+// replay checkpoint switches the rewritten file in while replay is
+// quiesced, and once that checkpoint is durable and no query can read the
+// old files any more, they are dropped. See package replay for the steps.
+
+// StorageGCConfig tunes storage GC.
+type StorageGCConfig struct {
+	// Interval is how often the files are examined (default 10s; negative
+	// turns storage GC off).
+	Interval time.Duration
+	// StaleShare is the share of a file's versions that must be stale
+	// (deleted below every running query's snapshot) before it is
+	// rewritten (default 0.5).
+	StaleShare float64
+	// Duty is the share of one core a rewrite may take (default 0.5): the
+	// rest is left to replay and queries.
+	Duty float64
+}
+
+func (c *StorageGCConfig) defaults() {
+	if c.Interval == 0 {
+		c.Interval = 10 * time.Second
+	}
+	if c.StaleShare <= 0 || c.StaleShare > 1 {
+		c.StaleShare = 0.5
+	}
+	if c.Duty <= 0 || c.Duty > 1 {
+		c.Duty = 0.5
+	}
+}
+
+// GCStats count storage GC's work.
+type GCStats struct {
+	Rewrites, FilesRewritten, FilesDropped, VersionsDropped, Errors atomic.Uint64
+	BytesReclaimed                                                  atomic.Int64
+}
+
+// storageGC is the node's storage-GC state.
+type storageGC struct {
+	mu       sync.Mutex
+	ready    []*replay.Rewritten // written, waiting for a checkpoint to switch them in
+	switched []switched          // switched in, old files waiting to be dropped
+	busy     map[uint64]bool     // files in a rewrite, ready or switched
+	durable  uint64              // timestamp of the newest durable checkpoint
+	stats    GCStats
+}
+
+type switched struct {
+	ts  uint64 // the checkpoint that took the switch
+	old []*catalog.File
+}
+
+// GCStats counts storage GC's work so far.
+func (n *Node) GCStats() *GCStats { return &n.gc.stats }
+
+// RunStorageGC rewrites stale and small files until ctx ends.
+func (n *Node) RunStorageGC(ctx context.Context) {
+	cfg := n.Config.StorageGC
+	if cfg.Interval < 0 {
+		return
+	}
+	tick := time.NewTicker(cfg.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if err := n.StorageGCRound(ctx); err != nil && ctx.Err() == nil {
+			n.gc.stats.Errors.Add(1)
+			n.log.Warn("storage GC round failed; the next one tries again", "err", err)
+		}
+	}
+}
+
+// StorageGCRound drops the files replaced earlier that nothing needs any
+// more, then rewrites the most worthwhile files, if any; the next replay
+// checkpoint switches the rewrite in.
+func (n *Node) StorageGCRound(ctx context.Context) error {
+	return errors.Join(n.dropRetired(ctx), n.rewriteOnce(ctx))
+}
+
+// rewriteOnce rewrites the most worthwhile set of files, if any, and
+// leaves it for the next checkpoint to switch in.
+func (n *Node) rewriteOnce(ctx context.Context) error {
+	n.gc.mu.Lock()
+	waiting := len(n.gc.ready) > 0
+	n.gc.mu.Unlock()
+	if waiting { // one rewrite at a time, switched before the next
+		return nil
+	}
+	w, err := n.Txn.Watermarks(ctx)
+	if err != nil {
+		return err
+	}
+	at := n.gcBound(w.LWM)
+	t, rp, files, err := n.pickRewrite(at)
+	if err != nil || files == nil {
+		return err
+	}
+	for _, f := range files {
+		n.gc.mark(f.ID, true)
+	}
+	duty := n.Config.StorageGC.Duty
+	pace := func(ctx context.Context, worked time.Duration) error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(float64(worked) * (1/duty - 1))):
+			return nil
+		}
+	}
+	rw, err := rp.Rewrite(ctx, t, files, at, pace)
+	if err != nil {
+		for _, f := range files {
+			n.gc.mark(f.ID, false)
+		}
+		return fmt.Errorf("table %s: %w", t.Name, err)
+	}
+	n.log.Info("storage GC rewrote files", "table", t.Name, "files", len(files), "new_file", rw.New.ID,
+		"versions_kept", rw.Rows, "versions_dropped", rw.Dropped, "at_ts", at)
+	n.gc.mu.Lock()
+	n.gc.ready = append(n.gc.ready, rw)
+	n.gc.mu.Unlock()
+	return nil
+}
+
+func (g *storageGC) mark(id uint64, busy bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.busy == nil {
+		g.busy = map[uint64]bool{}
+	}
+	if busy {
+		g.busy[id] = true
+	} else {
+		delete(g.busy, id)
+	}
+}
+
+// fileStat is what the rewrite policy knows of a file.
+type fileStat struct {
+	id          uint64
+	rows, stale int64
+}
+
+// chooseRewrite is the policy: among one table's regular files of one
+// replayer, take the stalest files whose stale share reaches share, and
+// fill up with files that are small (under half of capacity live) while
+// the live rows fit in one file of capacity rows. It returns nothing
+// unless a file is stale enough or at least two small files combine.
+func chooseRewrite(files []fileStat, share float64, capacity int64) []uint64 {
+	staleEnough := func(f fileStat) bool { return f.rows > 0 && float64(f.stale) >= share*float64(f.rows) }
+	var cands []fileStat
+	for _, f := range files {
+		if f.rows > 0 && (staleEnough(f) || f.rows-f.stale < capacity/2) {
+			cands = append(cands, f)
+		}
+	}
+	slices.SortStableFunc(cands, func(a, b fileStat) int {
+		// Stalest first (compare stale/rows without dividing), then oldest.
+		if d := b.stale*a.rows - a.stale*b.rows; d != 0 {
+			if d > 0 {
+				return 1
+			}
+			return -1
+		}
+		return int(int64(a.id) - int64(b.id))
+	})
+	var pick []uint64
+	live, anyStale := int64(0), false
+	for _, f := range cands {
+		if live+f.rows-f.stale > capacity {
+			continue
+		}
+		live += f.rows - f.stale
+		pick = append(pick, f.id)
+		anyStale = anyStale || staleEnough(f)
+	}
+	if !anyStale && len(pick) < 2 {
+		return nil
+	}
+	return pick
+}
+
+// pickRewrite finds the next files to rewrite, with their table and owner.
+func (n *Node) pickRewrite(at uint64) (*catalog.Table, *replay.Replayer, []*catalog.File, error) {
+	capacity := int64(n.Config.BlockRows) * int64(n.Config.FileBlocks)
+	snap := n.Catalog.Snapshot()
+	n.gc.mu.Lock()
+	busy := maps(n.gc.busy)
+	n.gc.mu.Unlock()
+	var buf []uint64
+	for _, t := range snap.Tables() {
+		byOwner := map[uint32][]fileStat{}
+		for _, f := range snap.LiveFiles(t.ID) {
+			if f.State != catalog.Regular || busy[f.ID] || f.SchemaVersion != t.SchemaVersion || int(f.Replayer) >= len(n.Replayers) {
+				continue
+			}
+			vis, ok := n.Replayers[f.Replayer].FileVisibility(f.ID)
+			rows := int(f.Rows())
+			if !ok || rows == 0 {
+				continue
+			}
+			bm, bit, err := vis.BitmapRange(at, 0, rows, buf)
+			if err != nil {
+				return nil, nil, nil, fmt.Errorf("file %d of %s: %w", f.ID, t.Name, err)
+			}
+			buf = bm
+			byOwner[f.Replayer] = append(byOwner[f.Replayer], fileStat{id: f.ID, rows: int64(rows), stale: countBits(bm, bit, rows)})
+		}
+		for owner, stats := range byOwner {
+			ids := chooseRewrite(stats, n.Config.StorageGC.StaleShare, capacity)
+			if ids == nil {
+				continue
+			}
+			files := make([]*catalog.File, len(ids))
+			for i, id := range ids {
+				files[i], _ = snap.File(id)
+			}
+			return t, n.Replayers[owner], files, nil
+		}
+	}
+	return nil, nil, nil, nil
+}
+
+func maps(m map[uint64]bool) map[uint64]bool {
+	out := make(map[uint64]bool, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// countBits counts the set bits [bit, bit+n) of bm.
+func countBits(bm []uint64, bit, n int) int64 {
+	var c int
+	for i := bit; i < bit+n; {
+		w := bm[i/64] >> (i % 64)
+		k := min(64-i%64, bit+n-i)
+		if k < 64 {
+			w &= 1<<k - 1
+		}
+		c += bits.OnesCount64(w)
+		i += k
+	}
+	return int64(c)
+}
+
+// switchRewrites switches every rewritten file in: called by Seal, while
+// nothing is applied, so the checkpoint at ts takes the switch. A failure
+// before a catalog swap abandons that rewrite; one after it leaves the
+// replay state inconsistent, which stops ingestion (ErrUnclean) so the
+// next start restores the last checkpoint.
+func (n *Node) switchRewrites(ts uint64) error {
+	n.gc.mu.Lock()
+	ready := n.gc.ready
+	n.gc.ready = nil
+	n.gc.mu.Unlock()
+	if len(ready) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := n.Txn.Watermarks(ctx)
+	if err != nil {
+		n.gc.mu.Lock()
+		n.gc.ready = append(ready, n.gc.ready...)
+		n.gc.mu.Unlock()
+		return nil // the next checkpoint tries again
+	}
+	for _, rw := range ready {
+		rp := n.Replayers[rw.Old[0].Replayer]
+		err := rp.Switch(ctx, rw, min(w.LWM, ts))
+		switch {
+		case errors.Is(err, replay.ErrSwitchHalfDone):
+			return fmt.Errorf("%w: %w", mirror.ErrUnclean, err)
+		case err != nil:
+			n.gc.stats.Errors.Add(1)
+			n.log.Warn("storage GC: switch failed; the rewrite is abandoned", "table", rw.Table.Name, "new_file", rw.New.ID, "err", err)
+			if rw.New.ID != 0 {
+				if derr := n.Lake.Delete(ctx, rw.New.Key); derr != nil {
+					n.log.Warn("storage GC: the abandoned file stays in the lake until the next start", "key", rw.New.Key, "err", derr)
+				}
+			}
+			for _, f := range rw.Old {
+				n.gc.mark(f.ID, false)
+			}
+			continue
+		}
+		n.gc.stats.Rewrites.Add(1)
+		n.gc.stats.FilesRewritten.Add(uint64(len(rw.Old)))
+		n.gc.stats.VersionsDropped.Add(uint64(rw.Dropped))
+		n.gc.mu.Lock()
+		n.gc.switched = append(n.gc.switched, switched{ts: ts, old: rw.Old})
+		n.gc.mu.Unlock()
+	}
+	return nil
+}
+
+// checkpointed records that the checkpoint at ts is durable.
+func (n *Node) checkpointed(ts uint64) {
+	n.gc.mu.Lock()
+	n.gc.durable = max(n.gc.durable, ts)
+	n.gc.mu.Unlock()
+}
+
+// dropRetired drops the files a switch replaced once the checkpoint that
+// took it is durable (a restore no longer needs them) and every query that
+// could have planned with them ended (LWM passed the switch).
+func (n *Node) dropRetired(ctx context.Context) error {
+	w, err := n.Txn.Watermarks(ctx)
+	if err != nil {
+		return err
+	}
+	n.gc.mu.Lock()
+	var due []switched
+	keep := n.gc.switched[:0]
+	for _, s := range n.gc.switched {
+		if s.ts <= n.gc.durable && w.LWM > s.ts {
+			due = append(due, s)
+		} else {
+			keep = append(keep, s)
+		}
+	}
+	n.gc.switched = keep
+	n.gc.mu.Unlock()
+	var errs []error
+	for i, s := range due {
+		for _, f := range s.old {
+			cur, ok := n.Catalog.Snapshot().File(f.ID)
+			if !ok {
+				continue
+			}
+			size, _ := n.Lake.Size(ctx, cur.Key)
+			if err := n.Replayers[cur.Replayer].DropRetired(ctx, cur); err != nil {
+				errs = append(errs, err)
+				n.gc.mu.Lock()
+				n.gc.switched = append(n.gc.switched, due[i:]...) // retried next round
+				n.gc.mu.Unlock()
+				return errors.Join(errs...)
+			}
+			n.gc.stats.FilesDropped.Add(1)
+			n.gc.stats.BytesReclaimed.Add(size)
+			n.gc.mark(f.ID, false)
+		}
+	}
+	return nil
+}

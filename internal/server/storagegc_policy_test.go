@@ -1,0 +1,32 @@
+package server
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestChooseRewrite(t *testing.T) {
+	const capacity = 1000
+	for _, c := range []struct {
+		name  string
+		files []fileStat
+		want  []uint64
+	}{
+		{"nothing stale, files full", []fileStat{{1, 1000, 100}, {2, 1000, 0}}, nil},
+		{"one stale file", []fileStat{{1, 1000, 100}, {2, 1000, 600}}, []uint64{2}},
+		{"the stalest first, filled with what fits", []fileStat{{1, 1000, 500}, {2, 1000, 900}, {3, 1000, 700}},
+			[]uint64{2, 3, 1}},
+		{"what does not fit waits", []fileStat{{1, 1000, 500}, {2, 1000, 900}, {3, 1000, 200}, {4, 1000, 520}},
+			[]uint64{2, 4}},
+		{"a lone small file stays", []fileStat{{1, 300, 0}}, nil},
+		{"small files combine", []fileStat{{1, 300, 0}, {2, 200, 50}, {3, 1000, 0}}, []uint64{2, 1}},
+		{"small files up to capacity", []fileStat{{1, 400, 0}, {2, 400, 0}, {3, 400, 0}}, []uint64{1, 2}},
+		{"all stale goes alone or with others", []fileStat{{1, 500, 500}}, []uint64{1}},
+		{"an empty file is skipped", []fileStat{{1, 0, 0}, {2, 100, 0}}, nil},
+	} {
+		got := chooseRewrite(c.files, 0.5, capacity)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
+		}
+	}
+}

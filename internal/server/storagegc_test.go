@@ -1,0 +1,276 @@
+package server_test
+
+import (
+	"context"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/query"
+	"github.com/retinadb/retina/internal/replay"
+	"github.com/retinadb/retina/internal/server"
+	"github.com/retinadb/retina/internal/server/servertest"
+)
+
+// waitRegular waits until the table has at least n regular files (write
+// buffers combine full files in the background).
+func waitRegular(t *testing.T, n *server.Node, table uint32, want int) []*catalog.File {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var regular []*catalog.File
+		for _, f := range n.Catalog.Snapshot().LiveFiles(table) {
+			if f.State == catalog.Regular {
+				regular = append(regular, f)
+			}
+		}
+		if len(regular) >= want {
+			return regular
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d regular files after 30s, want %d", len(regular), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// heldRead is an explicit read transaction: it keeps its snapshot.
+type heldRead struct {
+	sess *query.Session
+}
+
+func beginRead(t *testing.T, n *server.Node) heldRead {
+	t.Helper()
+	sess, err := n.Engine.NewSession(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := sess.Run(context.Background(), "BEGIN")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Close()
+	return heldRead{sess}
+}
+
+func (h heldRead) rows(t *testing.T) map[int64]int64 {
+	t.Helper()
+	res, err := h.sess.Run(context.Background(), "SELECT id, balance FROM account")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	out := map[int64]int64{}
+	for res.Next() {
+		v, err := res.Values()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, dup := out[v[0].(int64)]; dup {
+			t.Fatalf("row %d twice", v[0])
+		}
+		out[v[0].(int64)] = v[1].(int64)
+	}
+	if err := res.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func (w *workload) del(t *testing.T, ids ...int64) {
+	var ops []replay.Op
+	for _, id := range ids {
+		delete(w.state, id)
+		ops = append(ops, replay.Op{Table: w.tb.ID, Kind: replay.Delete, Key: []any{id}})
+	}
+	servertest.Apply(t, w.n, ops...)
+}
+
+func (w *workload) update(t *testing.T, ids ...int64) {
+	var ops []replay.Op
+	for _, id := range ids {
+		w.state[id] += 1000
+		ops = append(ops, replay.Op{Table: w.tb.ID, Kind: replay.Update, Row: []any{id, w.state[id]}})
+	}
+	servertest.Apply(t, w.n, ops...)
+}
+
+func gcFiles(n *server.Node, table uint32) (regular, retired, rewritten int) {
+	for _, f := range n.Catalog.Snapshot().Files(table) {
+		switch {
+		case f.State == catalog.Retired:
+			retired++
+		case strings.Contains(f.Key, "/g"):
+			rewritten++
+		case f.State == catalog.Regular:
+			regular++
+		}
+	}
+	return
+}
+
+// TestStorageGCRewritesWithoutChangingAnyAnswer: a file whose versions are
+// mostly stale is rewritten while a read transaction holds an older
+// snapshot and deletes keep landing on it; after the switch the held
+// transaction still sees its snapshot, new queries see the present, the
+// rewritten rows take updates and deletes through the index, the old file
+// goes once nothing needs it, and a restart comes back to the same rows.
+func TestStorageGCRewritesWithoutChangingAnyAnswer(t *testing.T) {
+	for _, backend := range []string{"memory", "pebble"} {
+		t.Run(backend, func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			n := mustOpen(t, dir, backend, nil)
+			w := &workload{n: n, tb: accountTable(t, n), state: map[int64]int64{}}
+			w.insert(t, 300) // two full files of 128 rows and one filling
+			first := waitRegular(t, n, w.tb.ID, 2)[0]
+			var stale []int64
+			for id := int64(1); id <= 100; id++ {
+				if id%4 != 0 {
+					stale = append(stale, id)
+				}
+			}
+			w.del(t, stale...) // 75 of the first file's 128 versions
+			w.update(t, 101, 102)
+			held := beginRead(t, n)
+			atHeld := maps.Clone(w.state)
+			if got := held.rows(t); !maps.Equal(got, atHeld) {
+				t.Fatalf("held read: %d rows, want %d", len(got), len(atHeld))
+			}
+			w.del(t, 4, 8) // live at the held snapshot: kept, and deleted after it
+			w.update(t, 12)
+
+			if err := n.StorageGCRound(ctx); err != nil {
+				t.Fatal(err)
+			}
+			w.del(t, 16) // lands on the old file between the rewrite and the switch
+			w.update(t, 20)
+			if _, _, rewritten := gcFiles(n, w.tb.ID); rewritten != 0 {
+				t.Fatal("the rewrite switched in before a checkpoint")
+			}
+			if err := checkpointNow(n); err != nil {
+				t.Fatal(err)
+			}
+			if _, retired, rewritten := gcFiles(n, w.tb.ID); retired != 1 || rewritten != 1 {
+				t.Fatalf("after the switch: %d retired, %d rewritten files, want 1 and 1", retired, rewritten)
+			}
+			if got := held.rows(t); !maps.Equal(got, atHeld) {
+				t.Fatalf("held read after the switch: %d rows, want %d", len(got), len(atHeld))
+			}
+			if got := rows(t, n); !maps.Equal(got, w.state) {
+				t.Fatalf("after the switch: %d rows, want %d", len(got), len(w.state))
+			}
+			w.update(t, 24, 28, 200)
+			w.del(t, 32, 36, 250)
+			if got := rows(t, n); !maps.Equal(got, w.state) {
+				t.Fatalf("changes to rewritten rows: %d rows, want %d", len(got), len(w.state))
+			}
+
+			// The old file stays while the held read could still read it.
+			if err := n.StorageGCRound(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := n.Lake.Size(ctx, first.Key); err != nil {
+				t.Fatalf("the old file went while a query could read it: %v", err)
+			}
+			res, err := held.sess.Run(ctx, "COMMIT")
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Close()
+			held.sess.Close()
+			w.update(t, 40) // HWM, and with it LWM, moves past the switch
+			if err := n.StorageGCRound(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, retired, _ := gcFiles(n, w.tb.ID); retired != 0 {
+				t.Fatalf("%d retired files left", retired)
+			}
+			if _, err := n.Lake.Size(ctx, first.Key); err == nil {
+				t.Fatal("the old file's object is still in the lake")
+			}
+			if st := n.GCStats(); st.Rewrites.Load() != 1 || st.FilesDropped.Load() != 1 || st.VersionsDropped.Load() != 77 { // 75 deleted, 2 updated
+				t.Fatalf("stats: %d rewrites, %d dropped files, %d dropped versions", st.Rewrites.Load(), st.FilesDropped.Load(), st.VersionsDropped.Load())
+			}
+
+			if err := checkpointNow(n); err != nil {
+				t.Fatal(err)
+			}
+			done, cancel := context.WithCancel(ctx)
+			cancel()
+			n.Close(done) // a crash
+			n = mustOpen(t, dir, backend, nil)
+			defer n.Close(ctx)
+			w.n = n
+			if got := rows(t, n); !maps.Equal(got, w.state) {
+				t.Fatalf("after a restart: %d rows, want %d", len(got), len(w.state))
+			}
+			w.update(t, 44, 48)
+			w.del(t, 52)
+			w.churn(t)
+			if got := rows(t, n); !maps.Equal(got, w.state) {
+				t.Fatalf("changes after the restart: %d rows, want %d", len(got), len(w.state))
+			}
+		})
+	}
+}
+
+// TestStorageGCSwitchLostInACrash: a crash after the switch but before
+// the checkpoint that took it was durable comes back to the last durable
+// checkpoint: the old file is revived, the rewritten one and its object go.
+func TestStorageGCSwitchLostInACrash(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	n := mustOpen(t, dir, "memory", nil)
+	w := &workload{n: n, tb: accountTable(t, n), state: map[int64]int64{}}
+	w.insert(t, 300)
+	waitRegular(t, n, w.tb.ID, 2)
+	var stale []int64
+	for id := int64(1); id <= 120; id++ {
+		if id%5 != 0 {
+			stale = append(stale, id)
+		}
+	}
+	w.del(t, stale...)
+	if err := checkpointNow(n); err != nil {
+		t.Fatal(err)
+	}
+	durable := maps.Clone(w.state)
+	if err := n.StorageGCRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hw, err := n.Txn.Watermarks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Seal(hw.HWM - 1); err != nil { // switched, never written
+		t.Fatal(err)
+	}
+	if _, _, rewritten := gcFiles(n, w.tb.ID); rewritten != 1 {
+		t.Fatalf("%d rewritten files after the seal, want 1", rewritten)
+	}
+	w.update(t, 5, 10)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	n.Close(done)
+
+	n = mustOpen(t, dir, "memory", nil)
+	defer n.Close(ctx)
+	if got := rows(t, n); !maps.Equal(got, durable) {
+		t.Fatalf("after the restore: %d rows, want the durable checkpoint's %d", len(got), len(durable))
+	}
+	if regular, retired, rewritten := gcFiles(n, w.tb.ID); retired != 0 || rewritten != 0 || regular < 2 {
+		t.Fatalf("after the restore: %d regular, %d retired, %d rewritten files", regular, retired, rewritten)
+	}
+	if objs, _ := n.Lake.List(ctx, replay.GCPrefix(w.tb.ID)); len(objs) != 0 {
+		t.Fatalf("%d storage-GC objects left in the lake", len(objs))
+	}
+	w.n, w.state = n, durable
+	w.update(t, 5, 10, 15)
+	w.churn(t)
+	if got := rows(t, n); !maps.Equal(got, w.state) {
+		t.Fatalf("changes after the restore: %d rows, want %d", len(got), len(w.state))
+	}
+}
