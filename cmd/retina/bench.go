@@ -172,6 +172,7 @@ func crashFlags(f *pflag.FlagSet, cfg *bench.CrashConfig) {
 	f.DurationVar(&cfg.MaxUp, "max-up", cfg.MaxUp, "longest time a server serves before its kill")
 	f.Float64Var(&cfg.FailpointShare, "failpoint-share", cfg.FailpointShare, "share of the trials that also arm a failpoint (kill inside a flush, combination, checkpoint or restore)")
 	f.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", cfg.CheckpointInterval, "the servers' checkpoint interval")
+	f.Float64Var(&cfg.GCStaleShare, "gc-stale-share", cfg.GCStaleShare, "the servers' storage_gc_stale_share (low, so rewrites happen during the trials)")
 	f.StringVar(&cfg.Dir, "dir", "", "work directory to use and keep (source, data directory, servers' log); default a temporary one")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
 }

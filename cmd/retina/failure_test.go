@@ -561,8 +561,8 @@ func TestBenchCrash(t *testing.T) {
 }
 
 // TestServeRecoversFromKillsInsideItsWork arms each failpoint in turn: the
-// server dies inside a flush, a combination, a checkpoint or a restore, and
-// the next start recovers all of it.
+// server dies inside a flush, a combination, a checkpoint, a restore or a
+// storage-GC rewrite, and the next start recovers all of it.
 func TestServeRecoversFromKillsInsideItsWork(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts retina serve several times per failpoint")
@@ -584,7 +584,9 @@ func TestServeRecoversFromKillsInsideItsWork(t *testing.T) {
 			c.write(t, src)
 			// Tiny files: every few rows a block is flushed and a file combined.
 			config := accountConfig(t, dir, "block_rows: 16\nfile_blocks: 2\n")
-			args := []string{"--config", config, "--data", filepath.Join(dir, "data"), "--source", "file:" + src, "--checkpoint-interval", "1s"}
+			// Storage GC rewrites every second files a fifth stale.
+			args := []string{"--config", config, "--data", filepath.Join(dir, "data"), "--source", "file:" + src, "--checkpoint-interval", "1s",
+				"--storage-gc-interval", "1s", "--storage-gc-stale-share", "0.2"}
 			if point == failpoint.RestoreMidway { // it needs something to restore
 				s := startServe(t, args...)
 				s.waitRows("SELECT count(*) FROM account", "300")
@@ -600,6 +602,31 @@ func TestServeRecoversFromKillsInsideItsWork(t *testing.T) {
 			}
 			done := make(chan error, 1)
 			go func() { done <- armed.Wait() }()
+			if strings.HasPrefix(point, "gc-") {
+				// Storage GC switches at a checkpoint and drops the old file
+				// once LWM passes the switch: keep transactions coming
+				// (updates that change nothing the final check sees).
+				stop := make(chan struct{})
+				defer close(stop)
+				go func() {
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						case <-time.After(200 * time.Millisecond):
+						}
+						more := newChanges()
+						row := accountRow(200, "o200", 100)
+						more.txn(fmt.Sprint("noop", i), event{"u", row, row})
+						f, err := os.OpenFile(src, os.O_APPEND|os.O_WRONLY, 0)
+						if err != nil {
+							return
+						}
+						f.WriteString(strings.Join(more.lines, "\n") + "\n")
+						f.Close()
+					}
+				}()
+			}
 			select {
 			case err := <-done:
 				if ws, ok := err.(*exec.ExitError); !ok || ws.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -34,7 +35,10 @@ type CrashConfig struct {
 	// checkpoint, restore) so their kill lands inside that work.
 	FailpointShare     float64
 	CheckpointInterval time.Duration
-	Seed               uint64
+	// GCStaleShare is the servers' storage_gc_stale_share: low, so storage
+	// GC rewrites files during the trials and kills land in rewrites.
+	GCStaleShare float64
+	Seed         uint64
 	// Command runs retina (default: this executable); Env is added to the
 	// environment of every server it starts.
 	Command []string
@@ -47,7 +51,7 @@ type CrashConfig struct {
 // DefaultCrashConfig is 20 trials at SF 0.1 with the memory index.
 func DefaultCrashConfig() CrashConfig {
 	return CrashConfig{Trials: 20, Index: "memory", SF: 0.1, TxnRate: 2000, MinUp: 500 * time.Millisecond, MaxUp: 3 * time.Second,
-		FailpointShare: 0.3, CheckpointInterval: time.Second, Seed: 1}
+		FailpointShare: 0.3, CheckpointInterval: time.Second, GCStaleShare: 0.2, Seed: 1}
 }
 
 // source is the change stream file the trials' servers follow, written by
@@ -115,11 +119,13 @@ func Crash(ctx context.Context, r *Report, cfg CrashConfig) error {
 
 	args := []string{"serve", "--config", config, "--data", filepath.Join(dir, "data"), "--source", "file:" + src.path,
 		"--index", cfg.Index, "--sql-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--checkpoint-interval", cfg.CheckpointInterval.String(), "--log-format", "json"}
+		"--checkpoint-interval", cfg.CheckpointInterval.String(), "--log-format", "json",
+		// Storage GC rewrites files often here, so kills land in rewrites.
+		"--storage-gc-interval", "1s", "--storage-gc-stale-share", strconv.FormatFloat(cfg.GCStaleShare, 'g', -1, 64)}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 41))
 	var restarts []time.Duration
 	invariantFailures, failpointKills := 0, 0
-	var redoTxns int64
+	var redoTxns, gcRewrites int64
 	var redoTime time.Duration
 	check := func(c *child, what string) {
 		if n := src.checkInvariants(ctx, c, balance); n > 0 {
@@ -186,10 +192,13 @@ func Crash(ctx context.Context, r *Report, cfg CrashConfig) error {
 		// killed one had committed after its last checkpoint) and times
 		// them until its sources are past where that one stopped. A trial
 		// killed before that counts no redo.
-		last, lastCheck, redoing := int64(0), time.Time{}, true
+		last, lastCheck, redoing, rewrites := int64(0), time.Time{}, true, int64(0)
 		for c.alive() && time.Now().Before(deadline) {
 			if off, err := c.metric("retina_committed_offset"); err == nil {
 				last = max(last, int64(off))
+			}
+			if n, err := c.metric("retina_storage_gc_rewrites_total"); err == nil {
+				rewrites = max(rewrites, int64(n))
 			}
 			if redoing {
 				busy, err1 := c.metric("retina_redoing")
@@ -209,6 +218,7 @@ func Crash(ctx context.Context, r *Report, cfg CrashConfig) error {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+		gcRewrites += rewrites
 		how := "SIGKILL"
 		switch {
 		case c.alive():
@@ -300,6 +310,7 @@ func Crash(ctx context.Context, r *Report, cfg CrashConfig) error {
 	}
 	r.Set("redo_txn_per_sec", redoRate)
 	r.Set("redo_transactions", redoTxns)
+	r.Set("gc_rewrites", gcRewrites)
 	r.Set("final_run_checkpoints", checkpoints)
 	return nil
 }

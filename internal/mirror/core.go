@@ -235,6 +235,7 @@ type checkpointState struct {
 	phase   ckptPhase
 	ticks   int    // since the last checkpoint
 	commits uint64 // since the last checkpoint
+	wanted  bool   // the driver has state to persist that no commit brought
 	ts      uint64 // of the checkpoint under way
 }
 
@@ -652,11 +653,16 @@ func (c *Core) Tick(lwm uint64) {
 		t.compact()
 	}
 	c.ckpt.ticks++
-	if n := c.cfg.CheckpointTicks; n > 0 && c.ckpt.ticks >= n && c.ckpt.commits > 0 {
+	if n := c.cfg.CheckpointTicks; n > 0 && c.ckpt.ticks >= n && (c.ckpt.commits > 0 || c.ckpt.wanted) {
 		c.startCheckpoint()
 	}
 	c.maybePersist()
 }
+
+// WantCheckpoint says the replay state holds something to persist that no
+// commit brought (a storage-GC rewrite waiting to be switched in): the next
+// checkpoint is taken on schedule even if nothing committed.
+func (c *Core) WantCheckpoint() { c.ckpt.wanted = true }
 
 // startCheckpoint stops dispatch until what is in flight has committed.
 func (c *Core) startCheckpoint() {
@@ -709,7 +715,7 @@ func (c *Core) Persisted(ts uint64, err error) error {
 	}
 	c.ckpt.phase = ckptIdle
 	if err == nil {
-		c.ckpt.ticks, c.ckpt.commits = 0, 0
+		c.ckpt.ticks, c.ckpt.commits, c.ckpt.wanted = 0, 0, false
 		c.stats.CheckpointTS = ts
 		c.stats.Checkpoints++
 	}

@@ -140,6 +140,8 @@ func runCommand(wp **world, cmd string, a map[string]string, input string) error
 		}
 	case "tick":
 		w.tick()
+	case "want-checkpoint":
+		w.event("want-checkpoint", func() error { w.core.WantCheckpoint(); return nil })
 	case "drain":
 		w.event("drain", func() error { w.core.Drain(nil); return nil })
 	case "end":

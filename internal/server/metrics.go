@@ -79,6 +79,14 @@ func (s *Server) registerMetrics(reg *prometheus.Registry) {
 	counter("index_purge_errors_total", "Index purges that failed (the next one retries).", func() float64 { return float64(purges.Errors.Load()) })
 	counter("index_purge_seconds_total", "Time spent purging the index.", func() float64 { return float64(purges.Nanos.Load()) / 1e9 })
 
+	gc := s.Node.GCStats()
+	counter("storage_gc_rewrites_total", "Storage GC rewrites switched in (each replaces one or more files).", func() float64 { return float64(gc.Rewrites.Load()) })
+	counter("storage_gc_files_rewritten_total", "Files storage GC replaced.", func() float64 { return float64(gc.FilesRewritten.Load()) })
+	counter("storage_gc_files_dropped_total", "Replaced files whose objects were deleted (no query could read them any more).", func() float64 { return float64(gc.FilesDropped.Load()) })
+	counter("storage_gc_versions_dropped_total", "Stale row versions storage GC left behind.", func() float64 { return float64(gc.VersionsDropped.Load()) })
+	counter("storage_gc_bytes_reclaimed_total", "Bytes of lake objects storage GC deleted.", func() float64 { return float64(gc.BytesReclaimed.Load()) })
+	counter("storage_gc_errors_total", "Storage GC rounds that failed (the next one tries again).", func() float64 { return float64(gc.Errors.Load()) })
+
 	counter("checkpoints_total", "Replay checkpoints written (a crash redoes what came after the last one from the sources).",
 		sinks(func(st sink.Stats) float64 { return float64(st.Checkpoints) }))
 	counter("checkpoint_errors_total", "Replay checkpoints that failed (the one before stays current).",

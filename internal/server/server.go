@@ -170,6 +170,8 @@ type persister struct {
 	uris []string
 }
 
+func (p persister) Pending() bool { return p.node.GCPending() }
+
 func (p persister) Seal(_ context.Context, ts uint64) (sink.SealedState, error) {
 	st, err := p.node.Seal(ts)
 	if err != nil {

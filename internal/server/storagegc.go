@@ -317,6 +317,13 @@ func (n *Node) switchRewrites(ts uint64) error {
 	return nil
 }
 
+// GCPending says a rewrite waits for a checkpoint to switch it in.
+func (n *Node) GCPending() bool {
+	n.gc.mu.Lock()
+	defer n.gc.mu.Unlock()
+	return len(n.gc.ready) > 0
+}
+
 // checkpointed records that the checkpoint at ts is durable.
 func (n *Node) checkpointed(ts uint64) {
 	n.gc.mu.Lock()

@@ -62,6 +62,10 @@ type Persister interface {
 	// Seal captures the replay state at ts. Nothing is in flight while it
 	// runs, so it must be quick: what is slow goes into Write.
 	Seal(ctx context.Context, ts uint64) (SealedState, error)
+	// Pending says the replay state holds something to persist that no
+	// commit brought (a storage-GC rewrite waiting to be switched in): the
+	// next scheduled checkpoint is taken even if nothing committed.
+	Pending() bool
 }
 
 // SealedState is a captured replay state on its way to disk.
@@ -350,6 +354,9 @@ func (d *driver) run(ctx context.Context) error {
 				s.core.Fail(fmt.Errorf("sink: the mirror core refused an event: %w", err))
 			}
 		case <-tick.C:
+			if s.cfg.Persister != nil && s.cfg.Persister.Pending() {
+				s.core.WantCheckpoint()
+			}
 			if w, err := s.cfg.Txn.Watermarks(d.work); err == nil {
 				s.core.Tick(w.LWM)
 			}

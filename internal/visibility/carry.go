@@ -15,12 +15,14 @@ type Source struct {
 // tuples of every source, whose deleted set at every snapshot ≥ at equals
 // what the sources say of those tuples. Deletes at or below at are folded
 // into the new base; later ones keep their timestamps. The sources must
-// not change meanwhile (the caller holds writes off), and at must be at or
-// above what memory GC collected in them (a running query's snapshot is).
+// not change meanwhile (the caller holds writes off). When memory GC has
+// collected a source above at, the carry point moves up to there: memory GC
+// only runs below every running query's snapshot, so none is below it.
 func Carry(at uint64, sources []Source, opts ...Option) (*RowGroup, error) {
 	rows := 0
 	for _, s := range sources {
 		rows += len(s.Kept)
+		at = max(at, s.From.collectedTS())
 	}
 	base := make([]uint64, (rows+63)/64)
 	type later struct {
@@ -63,6 +65,15 @@ func Carry(at uint64, sources []Source, opts ...Option) (*RowGroup, error) {
 		}
 	}
 	return g, nil
+}
+
+// collectedTS is the highest timestamp memory GC folded deletes up to.
+func (g *RowGroup) collectedTS() uint64 {
+	var ts uint64
+	for i := range g.tiles {
+		ts = max(ts, g.tiles[i].snap.Load().baseTS)
+	}
+	return ts
 }
 
 // deletesAbove reports every chain delete with a timestamp above at.
