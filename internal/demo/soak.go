@@ -28,6 +28,7 @@ type SoakConfig struct {
 	Rate        int           // row changes per second
 	SampleEvery time.Duration
 	HoldFor     time.Duration // the read transaction held open mid-run (0: none)
+	FileBlocks  int           // write-buffer blocks per file (0: the server's default)
 	OutDir      string        // report.json and one SVG a series ("" = none)
 	Logger      *slog.Logger
 	Node        func(*server.NodeConfig)
@@ -57,6 +58,9 @@ type SoakSample struct {
 	APms            float64 `json:"ap_ms_median"`
 	LWMLagS         float64 `json:"lwm_lag_s"`
 	Committed       uint64  `json:"rows_committed"`
+	GCRewrites      uint64  `json:"gc_rewrites"`
+	GCDropped       uint64  `json:"gc_versions_dropped"`
+	Files           int     `json:"files"`
 }
 
 // SoakResult is the run's samples and figures.
@@ -95,7 +99,16 @@ func RunSoak(ctx context.Context, cfg SoakConfig, logf func(format string, args 
 	if cfg.HoldFor >= cfg.Duration {
 		return nil, fmt.Errorf("soak: the held transaction (%s) must be shorter than the run (%s)", cfg.HoldFor, cfg.Duration)
 	}
-	p, err := startPipeline(ctx, pipelineConfig{SF: cfg.SF, Seed: cfg.Seed, Logger: cfg.Logger, Node: cfg.Node})
+	node := cfg.Node
+	if cfg.FileBlocks > 0 {
+		node = func(nc *server.NodeConfig) {
+			nc.FileBlocks = cfg.FileBlocks
+			if cfg.Node != nil {
+				cfg.Node(nc)
+			}
+		}
+	}
+	p, err := startPipeline(ctx, pipelineConfig{SF: cfg.SF, Seed: cfg.Seed, Logger: cfg.Logger, Node: node})
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +120,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig, logf func(format string, args 
 	logf("streaming %d row changes/s for %s; sampling every %s; a read transaction held %s mid-run",
 		cfg.Rate, cfg.Duration, cfg.SampleEvery, cfg.HoldFor)
 
-	node := p.srv.Node
+	srvNode := p.srv.Node
 	pr := newProbes()
 	res := &SoakResult{Config: map[string]any{"sf": cfg.SF, "rate": cfg.Rate, "duration_s": cfg.Duration.Seconds(),
 		"sample_every_s": cfg.SampleEvery.Seconds(), "hold_s": cfg.HoldFor.Seconds()}}
@@ -147,7 +160,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig, logf func(format string, args 
 	// HWM once a second, to turn LWM into an age: how long ago HWM passed it.
 	wg.Go(func() {
 		every(streamCtx, time.Second, func() {
-			if w, err := node.Txn.Watermarks(streamCtx); err == nil {
+			if w, err := srvNode.Txn.Watermarks(streamCtx); err == nil {
 				hwmMu.Lock()
 				hwms = append(hwms, hwmAt{time.Now(), w.HWM})
 				hwmMu.Unlock()
@@ -190,9 +203,9 @@ func RunSoak(ctx context.Context, cfg SoakConfig, logf func(format string, args 
 		}
 		s.Committed -= committedBefore
 		samples = append(samples, s)
-		logf("%5.0fs  rss %4d MiB  heap %4d MiB  vis %5.1f MiB  index %8d versions  lake/live %.2f  stale %.2f  fresh P99 %6.1f ms  AP %6.1f ms  LWM lag %5.1fs",
+		logf("%5.0fs  rss %4d MiB  heap %4d MiB  vis %5.1f MiB  index %8d versions  lake/live %.2f  stale %.2f (%d files, %d rewrites)  fresh P99 %6.1f ms  AP %6.1f ms  LWM lag %5.1fs",
 			s.AtS, s.RSSBytes>>20, s.HeapBytes>>20, float64(s.VisibilityBytes)/(1<<20), s.IndexVersions,
-			ratio(s.LakeBytes, s.LiveBytes), s.StaleShare, s.FreshP99ms, s.APms, s.LWMLagS)
+			ratio(s.LakeBytes, s.LiveBytes), s.StaleShare, s.Files, s.GCRewrites, s.FreshP99ms, s.APms, s.LWMLagS)
 	})
 	wg.Wait()
 	streamed := pr.sinceStart()
@@ -215,8 +228,8 @@ func RunSoak(ctx context.Context, cfg SoakConfig, logf func(format string, args 
 		return nil, err
 	}
 	pr.addCheck(failures)
-	node.CollectVisibility(ctx)
-	if mem := node.Memory(); mem.Tuples > 0 {
+	srvNode.CollectVisibility(ctx)
+	if mem := srvNode.Memory(); mem.Tuples > 0 {
 		res.VisibilityBitsPerTuple = float64(mem.VisibilityBytes*8) / float64(mem.Tuples)
 	}
 	res.Samples = samples
@@ -327,6 +340,8 @@ func sampleSoak(ctx context.Context, p *pipeline, pr *probes, window time.Durati
 	s.APms = ms(median(aps))
 	s.LWMLagS = math.Round(lwmLag(w.LWM)*10) / 10
 	s.Committed = p.srv.IngestStats().Committed
+	gc := node.GCStats()
+	s.GCRewrites, s.GCDropped, s.Files = gc.Rewrites.Load(), gc.VersionsDropped.Load(), st.Files
 	return s, nil
 }
 
