@@ -3,7 +3,9 @@ package server_test
 import (
 	"context"
 	"maps"
+	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -272,5 +274,135 @@ func TestStorageGCSwitchLostInACrash(t *testing.T) {
 	w.churn(t)
 	if got := rows(t, n); !maps.Equal(got, w.state) {
 		t.Fatalf("changes after the restore: %d rows, want %d", len(got), len(w.state))
+	}
+}
+
+// TestStorageGCUnderConcurrentReplayAndReads runs replay, storage GC
+// rounds, checkpoints (which switch rewrites in) and explicit read
+// transactions together: every read equals the model's table at the
+// reader's snapshot, whether it planned before a rewrite, between the
+// rewrite and the switch, or after the swap. Run with -race.
+func TestStorageGCUnderConcurrentReplayAndReads(t *testing.T) {
+	ctx := context.Background()
+	n, err := server.OpenNode(ctx, server.NodeConfig{DataDir: t.TempDir(), BlockRows: 16, FileBlocks: 4, Replayers: 1,
+		StorageGC: server.StorageGCConfig{StaleShare: 0.2, Duty: 1}, Logger: servertest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close(ctx)
+	w := &workload{n: n, tb: accountTable(t, n), state: map[int64]int64{}}
+	var (
+		mu     sync.Mutex
+		states = map[uint64]map[int64]int64{} // commit ts → the table after it
+		last   uint64
+	)
+	record := func(ts uint64) {
+		mu.Lock()
+		states[ts] = maps.Clone(w.state)
+		last = ts
+		mu.Unlock()
+	}
+	at := func(snap uint64) (map[int64]int64, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if last < snap {
+			return nil, false
+		}
+		best := uint64(0)
+		for ts := range states {
+			if ts <= snap && ts > best {
+				best = ts
+			}
+		}
+		return states[best], true
+	}
+	record(0)
+	rng := rand.New(rand.NewPCG(3, 4))
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { // replay, and checkpoints between transactions (quiesced)
+		defer close(done)
+		for i := range 300 {
+			var ops []replay.Op
+			touched := map[int64]bool{} // a transaction changes a key once
+			for range 1 + rng.IntN(8) {
+				id := int64(1 + rng.IntN(150))
+				if touched[id] {
+					continue
+				}
+				touched[id] = true
+				_, live := w.state[id]
+				switch {
+				case !live:
+					w.state[id] = id
+					ops = append(ops, replay.Op{Table: w.tb.ID, Kind: replay.Insert, Row: []any{id, id}})
+				case rng.IntN(3) == 0:
+					delete(w.state, id)
+					ops = append(ops, replay.Op{Table: w.tb.ID, Kind: replay.Delete, Key: []any{id}})
+				default:
+					w.state[id]++
+					ops = append(ops, replay.Op{Table: w.tb.ID, Kind: replay.Update, Row: []any{id, w.state[id]}})
+				}
+			}
+			record(servertest.Apply(t, n, ops...))
+			if i%10 == 9 {
+				if err := checkpointNow(n); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}
+	})
+	wg.Go(func() { // storage GC
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if err := n.StorageGCRound(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	for r := range 2 {
+		wg.Go(func() { // explicit read transactions across rewrites and switches
+			for k := 0; ; k++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				h := beginRead(t, n)
+				res, err := h.sess.Run(ctx, "SELECT retina_snapshot()")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				res.Next()
+				v, _ := res.Values()
+				res.Close()
+				snap := v[0].(uint64)
+				var want map[int64]int64
+				for ok := false; !ok; want, ok = at(snap) {
+				}
+				for q := range 3 {
+					if got := h.rows(t); !maps.Equal(got, want) {
+						t.Errorf("reader %d, transaction %d, read %d at snapshot %d: %d rows, want %d", r, k, q, snap, len(got), len(want))
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+				h.sess.Close()
+			}
+		})
+	}
+	wg.Wait()
+	if st := n.GCStats(); st.Rewrites.Load() == 0 {
+		t.Fatal("no rewrite was switched in: the test did not exercise storage GC")
+	}
+	if got := rows(t, n); !maps.Equal(got, w.state) {
+		t.Fatalf("at the end: %d rows, want %d", len(got), len(w.state))
 	}
 }
