@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"strings"
@@ -45,40 +46,55 @@ type heldRead struct {
 
 func beginRead(t *testing.T, n *server.Node) heldRead {
 	t.Helper()
-	sess, err := n.Engine.NewSession(context.Background())
+	h, err := openRead(n)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return h
+}
+
+func openRead(n *server.Node) (heldRead, error) {
+	sess, err := n.Engine.NewSession(context.Background())
+	if err != nil {
+		return heldRead{}, err
 	}
 	res, err := sess.Run(context.Background(), "BEGIN")
 	if err != nil {
-		t.Fatal(err)
+		sess.Close()
+		return heldRead{}, err
 	}
 	res.Close()
-	return heldRead{sess}
+	return heldRead{sess}, nil
 }
 
 func (h heldRead) rows(t *testing.T) map[int64]int64 {
 	t.Helper()
-	res, err := h.sess.Run(context.Background(), "SELECT id, balance FROM account")
+	out, err := h.read()
 	if err != nil {
 		t.Fatal(err)
+	}
+	return out
+}
+
+// read is rows for goroutines other than the test's: it returns the error.
+func (h heldRead) read() (map[int64]int64, error) {
+	res, err := h.sess.Run(context.Background(), "SELECT id, balance FROM account")
+	if err != nil {
+		return nil, err
 	}
 	defer res.Close()
 	out := map[int64]int64{}
 	for res.Next() {
 		v, err := res.Values()
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		if _, dup := out[v[0].(int64)]; dup {
-			t.Fatalf("row %d twice", v[0])
+			return nil, fmt.Errorf("row %d twice", v[0])
 		}
 		out[v[0].(int64)] = v[1].(int64)
 	}
-	if err := res.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return out, res.Err()
 }
 
 func (w *workload) del(t *testing.T, ids ...int64) {
@@ -374,7 +390,11 @@ func TestStorageGCUnderConcurrentReplayAndReads(t *testing.T) {
 					return
 				default:
 				}
-				h := beginRead(t, n)
+				h, err := openRead(n)
+				if err != nil {
+					t.Error(err)
+					return
+				}
 				res, err := h.sess.Run(ctx, "SELECT retina_snapshot()")
 				if err != nil {
 					t.Error(err)
@@ -388,8 +408,9 @@ func TestStorageGCUnderConcurrentReplayAndReads(t *testing.T) {
 				for ok := false; !ok; want, ok = at(snap) {
 				}
 				for q := range 3 {
-					if got := h.rows(t); !maps.Equal(got, want) {
-						t.Errorf("reader %d, transaction %d, read %d at snapshot %d: %d rows, want %d", r, k, q, snap, len(got), len(want))
+					got, err := h.read()
+					if err != nil || !maps.Equal(got, want) {
+						t.Errorf("reader %d, transaction %d, read %d at snapshot %d: %d rows (%v), want %d", r, k, q, snap, len(got), err, len(want))
 						return
 					}
 					time.Sleep(time.Millisecond)
