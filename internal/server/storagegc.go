@@ -77,19 +77,30 @@ func (n *Node) RunStorageGC(ctx context.Context) {
 	if cfg.Interval < 0 {
 		return
 	}
-	tick := time.NewTicker(cfg.Interval)
-	defer tick.Stop()
+	wait := cfg.Interval
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-time.After(wait):
 		}
 		if err := n.StorageGCRound(ctx); err != nil && ctx.Err() == nil {
 			n.gc.stats.Errors.Add(1)
 			n.log.Warn("storage GC round failed; the next one tries again", "err", err)
 		}
+		// While there is work (a rewrite waiting for its switch, files
+		// waiting to be dropped), look again soon; else at the interval.
+		wait = cfg.Interval
+		if n.GCPending() || n.gcDropsWaiting() {
+			wait = min(wait, time.Second)
+		}
 	}
+}
+
+func (n *Node) gcDropsWaiting() bool {
+	n.gc.mu.Lock()
+	defer n.gc.mu.Unlock()
+	return len(n.gc.switched) > 0
 }
 
 // StorageGCRound drops the files replaced earlier that nothing needs any
