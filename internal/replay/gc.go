@@ -83,6 +83,14 @@ func (r *Replayer) Rewrite(ctx context.Context, t *catalog.Table, files []*catal
 		if !ok {
 			return nil, fmt.Errorf("replay: storage GC: no visibility for file %d", f.ID)
 		}
+		// The deleted set is taken before the slow part: memory GC may
+		// fold deletes above at meanwhile (LWM moves on), and then at
+		// moves up with it, which is as safe (no query is below it).
+		deleted, fileAt, err := deletedAt(vis, at)
+		if err != nil {
+			return nil, fmt.Errorf("replay: storage GC: deletes of file %d: %w", f.ID, err)
+		}
+		rw.At = max(rw.At, fileAt)
 		start := time.Now()
 		data, err := r.cfg.Lake.Get(ctx, f.Key)
 		if err != nil {
@@ -102,7 +110,7 @@ func (r *Replayer) Rewrite(ctx context.Context, t *catalog.Table, files []*catal
 			pf.Close()
 			return nil, fmt.Errorf("replay: storage GC: file %d has another schema than file %d", f.ID, files[0].ID)
 		}
-		kept, err := r.copyLive(ctx, w, pf, vis, at, start, pace)
+		kept, err := r.copyLive(ctx, w, pf, deleted, start, pace)
 		pf.Close()
 		if err != nil {
 			return nil, fmt.Errorf("replay: storage GC: file %d: %w", f.ID, err)
@@ -130,33 +138,42 @@ func (r *Replayer) Rewrite(ctx context.Context, t *catalog.Table, files []*catal
 	return rw, nil
 }
 
-// copyLive appends the rows of pf not deleted at snapshot at to w and
-// returns their offsets.
-func (r *Replayer) copyLive(ctx context.Context, w *lake.FileWriter, pf *lake.File, vis *visibility.RowGroup, at uint64, start time.Time, pace Pace) ([]uint32, error) {
+// deletedAt is a file's deleted set at snapshot at, or at the point memory
+// GC collected it up to when that is higher, with the snapshot used.
+func deletedAt(vis *visibility.RowGroup, at uint64) ([]uint64, uint64, error) {
+	bm := make([]uint64, vis.BitmapWords())
+	var err error
+	for range 3 { // memory GC may move between reading its point and the bitmap
+		at = max(at, vis.Collected())
+		if err = vis.Bitmap(at, bm); err == nil {
+			return bm, at, nil
+		}
+	}
+	return nil, 0, err
+}
+
+// copyLive appends the rows of pf not in deleted to w and returns their
+// offsets.
+func (r *Replayer) copyLive(ctx context.Context, w *lake.FileWriter, pf *lake.File, deleted []uint64, start time.Time, pace Pace) ([]uint32, error) {
 	all := make([]int, pf.Schema().NumFields()) // table columns; create_ts comes with them
 	for i := range all {
 		all[i] = i
 	}
-	var (
-		kept []uint32
-		del  []uint64
-	)
+	var kept []uint32
 	offset := 0
 	for g, meta := range pf.RowGroups() {
 		n := int(meta.Rows)
 		if n == 0 {
 			continue
 		}
-		bm, bit, err := vis.BitmapRange(at, offset, n, del)
-		if err != nil {
-			return nil, err
+		if offset+n > len(deleted)*64 {
+			return nil, fmt.Errorf("row group %d ends at row %d, past the %d rows its visibility covers", g, offset+n, len(deleted)*64)
 		}
-		del = bm
 		mask := make([]uint64, (n+63)/64)
 		visible := 0
 		for i := range n {
-			b := bit + i
-			if bm[b/64]>>(b%64)&1 == 0 {
+			b := offset + i
+			if deleted[b/64]>>(b%64)&1 == 0 {
 				mask[i/64] |= 1 << (i % 64)
 				kept = append(kept, uint32(offset+i))
 				visible++

@@ -218,7 +218,7 @@ func (n *Node) pickRewrite(at uint64) (*catalog.Table, *replay.Replayer, []*cata
 	capacity := int64(n.Config.BlockRows) * int64(n.Config.FileBlocks)
 	snap := n.Catalog.Snapshot()
 	n.gc.mu.Lock()
-	busy := maps(n.gc.busy)
+	busy := copyBusy(n.gc.busy)
 	n.gc.mu.Unlock()
 	var buf []uint64
 	for _, t := range snap.Tables() {
@@ -254,7 +254,7 @@ func (n *Node) pickRewrite(at uint64) (*catalog.Table, *replay.Replayer, []*cata
 	return nil, nil, nil, nil
 }
 
-func maps(m map[uint64]bool) map[uint64]bool {
+func copyBusy(m map[uint64]bool) map[uint64]bool {
 	out := make(map[uint64]bool, len(m))
 	for k, v := range m {
 		out[k] = v

@@ -22,7 +22,7 @@ func Carry(at uint64, sources []Source, opts ...Option) (*RowGroup, error) {
 	rows := 0
 	for _, s := range sources {
 		rows += len(s.Kept)
-		at = max(at, s.From.collectedTS())
+		at = max(at, s.From.Collected())
 	}
 	base := make([]uint64, (rows+63)/64)
 	type later struct {
@@ -67,8 +67,9 @@ func Carry(at uint64, sources []Source, opts ...Option) (*RowGroup, error) {
 	return g, nil
 }
 
-// collectedTS is the highest timestamp memory GC folded deletes up to.
-func (g *RowGroup) collectedTS() uint64 {
+// Collected is the highest timestamp memory GC folded deletes up to: the
+// oldest snapshot the row group still answers exactly.
+func (g *RowGroup) Collected() uint64 {
 	var ts uint64
 	for i := range g.tiles {
 		ts = max(ts, g.tiles[i].snap.Load().baseTS)
