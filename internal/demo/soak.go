@@ -377,6 +377,10 @@ func soakFigures(res *SoakResult, pr *probes, ap []apSample, streamed time.Durat
 			growth /= max(1, mean(last[0], last[1], live)/l2)
 		}
 	}
+	liveGrowth := 0.0 // AP latency follows the live data, which the mix grows
+	if l1 := mean(0, minute, live); l1 > 0 {
+		liveGrowth = mean(last[0], last[1], live) / l1
+	}
 	var lakeLive, stale, lag float64
 	for _, s := range res.Samples {
 		if s.LiveBytes > 0 {
@@ -424,6 +428,7 @@ func soakFigures(res *SoakResult, pr *probes, ap []apSample, streamed time.Durat
 		"freshness_p99_ms_first_minute":  freshIn(0, minute),
 		"freshness_p99_ms_last_minute":   freshIn(last[0], last[1]),
 		"ap_latency_ratio_last_vs_first": round3(geomean(ratios)),
+		"live_rows_ratio_last_vs_first":  round3(liveGrowth),
 		"lwm_lag_max_s":                  lag,
 		"lwm_catchup_s":                  math.Round(res.LWMCatchupS*10) / 10,
 		"visibility_bits_per_tuple":      round3(res.VisibilityBitsPerTuple),
