@@ -142,7 +142,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		stopStream()
 	})
 	wg.Go(func() { p.runProbes(streamCtx, pr, 100*time.Millisecond, time.Second) })
-	wg.Go(func() { p.runAP(streamCtx, pr, queries) })
+	wg.Go(func() { p.runAP(streamCtx, pr, queries, pr.addAP) })
 	peak = max(peak, p.status(streamCtx, out, cfg, pr, start))
 	wg.Wait()
 	rep.StreamSeconds = time.Since(start).Seconds()

@@ -146,8 +146,9 @@ func every(ctx context.Context, interval time.Duration, f func()) {
 	}
 }
 
-// runAP runs the analytical queries round-robin until ctx ends.
-func (p *pipeline) runAP(ctx context.Context, pr *probes, queries []hybench.Query) {
+// runAP runs the analytical queries round-robin until ctx ends and hands
+// each latency to record.
+func (p *pipeline) runAP(ctx context.Context, pr *probes, queries []hybench.Query, record func(name string, d time.Duration)) {
 	for i := 0; ctx.Err() == nil; i++ {
 		q := queries[i%len(queries)]
 		d, err := p.timeQuery(ctx, q)
@@ -157,7 +158,7 @@ func (p *pipeline) runAP(ctx context.Context, pr *probes, queries []hybench.Quer
 			}
 			continue
 		}
-		pr.addAP(q.Name, d)
+		record(q.Name, d)
 	}
 }
 

@@ -143,19 +143,11 @@ func RunSoak(ctx context.Context, cfg SoakConfig, logf func(format string, args 
 	})
 	wg.Go(func() { p.runProbes(streamCtx, pr, 100*time.Millisecond, 5*time.Second) })
 	wg.Go(func() {
-		for i := 0; streamCtx.Err() == nil; i++ {
-			q := queries[i%len(queries)]
-			d, err := p.timeQuery(streamCtx, q)
-			if err != nil {
-				if streamCtx.Err() == nil {
-					pr.addErr(err)
-				}
-				continue
-			}
+		p.runAP(streamCtx, pr, queries, func(name string, d time.Duration) {
 			apMu.Lock()
-			ap = append(ap, apSample{at: pr.sinceStart(), name: q.Name, d: d})
+			ap = append(ap, apSample{at: pr.sinceStart(), name: name, d: d})
 			apMu.Unlock()
-		}
+		})
 	})
 	// HWM once a second, to turn LWM into an age: how long ago HWM passed it.
 	wg.Go(func() {

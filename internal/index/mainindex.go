@@ -181,16 +181,7 @@ func (m *mainIndex) remap(r RowRange, loc Location) error {
 		}
 	}
 	put = append(put, miEntry{r: r, loc: loc})
-	if err := m.save(put, del); err != nil {
-		return err
-	}
-	for _, first := range del {
-		m.tree.Delete(miEntry{r: RowRange{First: first}})
-	}
-	for _, e := range put {
-		m.tree.ReplaceOrInsert(e)
-	}
-	return nil
+	return m.replace(put, del)
 }
 
 // remapFile moves the rows located in file from to file to, after storage
@@ -247,6 +238,12 @@ func (m *mainIndex) remapFile(from, to uint64, base uint32, kept []uint32) error
 		}
 		put = append(put, ne)
 	}
+	return m.replace(put, del)
+}
+
+// replace stores, then applies, the removal of the entries starting at del
+// and the entries put. Called with mu held.
+func (m *mainIndex) replace(put []miEntry, del []uint64) error {
 	if err := m.save(put, del); err != nil {
 		return err
 	}

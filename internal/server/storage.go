@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"math/bits"
 
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/visibility"
@@ -47,17 +46,7 @@ func (n *Node) Storage(ctx context.Context, at uint64) (Storage, error) {
 			return 0, err
 		}
 		buf = bm
-		var c int
-		for i := bit; i < bit+rows; {
-			w := bm[i/64] >> (i % 64)
-			k := min(64-i%64, bit+rows-i)
-			if k < 64 {
-				w &= 1<<k - 1
-			}
-			c += bits.OnesCount64(w)
-			i += k
-		}
-		return int64(c), nil
+		return countBits(bm, bit, rows), nil
 	}
 	for _, t := range snap.Tables() {
 		for _, f := range snap.LiveFiles(t.ID) {

@@ -18,18 +18,7 @@ func TestCarryKeepsEveryLaterSnapshot(t *testing.T) {
 		for range 1 + rng.IntN(3) {
 			rows := 1 + rng.IntN(3000)
 			g := mustRowGroup(t, rows, WithTileSize(256))
-			o := oracle{}
-			for range rng.IntN(rows) {
-				off := uint32(rng.IntN(rows))
-				if _, done := o[off]; done {
-					continue
-				}
-				ts := uint64(1 + rng.IntN(200))
-				if err := g.Delete(off, ts); err != nil {
-					t.Fatal(err)
-				}
-				o[off] = ts
-			}
+			o := deleteRandomly(t, g, rng, rng.IntN(rows), 200)
 			if rng.IntN(2) == 0 {
 				g.Collect(uint64(rng.IntN(80)))
 			}

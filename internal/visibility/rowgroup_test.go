@@ -369,18 +369,7 @@ func TestBitmapRange(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, rows := range []int{1, 63, 64, 1000, 5000} {
 		g := mustRowGroup(t, rows, WithTileSize(256))
-		o := oracle{}
-		for range rows / 3 {
-			off := uint32(rng.IntN(rows))
-			if _, done := o[off]; done {
-				continue
-			}
-			ts := uint64(1 + rng.IntN(100))
-			if err := g.Delete(off, ts); err != nil {
-				t.Fatal(err)
-			}
-			o[off] = ts
-		}
+		o := deleteRandomly(t, g, rng, rows/3, 100)
 		var buf []uint64
 		for range 200 {
 			first := rng.IntN(rows)
@@ -406,4 +395,23 @@ func TestBitmapRange(t *testing.T) {
 			t.Fatalf("a range past the end: %v", err)
 		}
 	}
+}
+
+// deleteRandomly makes up to n deletes at random offsets, with timestamps
+// in [1, maxTS], and returns them as an oracle.
+func deleteRandomly(t *testing.T, g *RowGroup, rng *rand.Rand, n, maxTS int) oracle {
+	t.Helper()
+	o := oracle{}
+	for range n {
+		off := uint32(rng.IntN(g.Rows()))
+		if _, done := o[off]; done {
+			continue
+		}
+		ts := uint64(1 + rng.IntN(maxTS))
+		if err := g.Delete(off, ts); err != nil {
+			t.Fatal(err)
+		}
+		o[off] = ts
+	}
+	return o
 }
