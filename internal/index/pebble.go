@@ -14,7 +14,11 @@ import (
 // Pebble key layout:
 //
 //	'S' entry ^ts     → 8-byte row id, or empty for a tombstone
-//	'M' first         → n (4) file id (8) row group (4) offset (4)
+//	'M' first         → n (4) file id (8) row group (4) offset (4) [kept (4)…]
+//
+// All integers are big-endian. The kept row numbers (first + k, ascending)
+// are there only after storage GC rewrote the range's file: the i-th of
+// them lives at offset + i, and the range's other rows are gone.
 //
 // entry is the encoded key (plus the row id for non-unique indexes) and ts
 // is inverted so a key's versions sort newest first: one SeekGE to
