@@ -214,6 +214,10 @@ func (r *Replayer) copyLive(ctx context.Context, w *lake.FileWriter, pf *lake.Fi
 // wraps ErrSwitchHalfDone, and the replay state must be restored from the
 // last checkpoint.
 func (r *Replayer) Switch(ctx context.Context, rw *Rewritten, lwm uint64) error {
+	if t, ok := r.cfg.Catalog.Snapshot().TableByID(rw.Table.ID); !ok || t.SchemaVersion != rw.Table.SchemaVersion {
+		// The new file holds the columns of the schema it was written with.
+		return fmt.Errorf("replay: storage GC: table %s changed its schema during the rewrite", rw.Table.Name)
+	}
 	old := make([]uint64, len(rw.Old))
 	for i, f := range rw.Old {
 		old[i] = f.ID
