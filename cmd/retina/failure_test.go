@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/retinadb/retina/internal/bench"
 	"github.com/retinadb/retina/internal/failpoint"
 )
@@ -108,10 +106,7 @@ func (s *served) query(sql string) []string {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, "postgres://retina@"+s.sqlAddr+"/retina?sslmode=disable")
-	if err != nil {
-		s.t.Fatal(err)
-	}
+	conn := s.connect(ctx)
 	defer conn.Close(ctx)
 	rows, err := conn.Query(ctx, sql)
 	if err != nil {

@@ -180,15 +180,22 @@ func (s *served) healthy() {
 	}
 }
 
+// connect opens a SQL connection to the server.
+func (s *served) connect(ctx context.Context) *pgx.Conn {
+	s.t.Helper()
+	conn, err := pgx.Connect(ctx, "postgres://retina@"+s.sqlAddr+"/retina?sslmode=disable")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return conn
+}
+
 // answers runs the workload's queries and renders their results.
 func (s *served) answers() map[string]string {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, "postgres://retina@"+s.sqlAddr+"/retina?sslmode=disable")
-	if err != nil {
-		s.t.Fatal(err)
-	}
+	conn := s.connect(ctx)
 	defer conn.Close(ctx)
 	queries := append(hybench.AnalyticalQueries(),
 		hybench.Query{Name: "balance", SQL: hybench.BalanceSQL}, hybench.Query{Name: "loans", SQL: hybench.LoanSQL})
