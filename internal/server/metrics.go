@@ -85,6 +85,7 @@ func (s *Server) registerMetrics(reg *prometheus.Registry) {
 	counter("storage_gc_files_dropped_total", "Replaced files whose objects were deleted (no query could read them any more).", func() float64 { return float64(gc.FilesDropped.Load()) })
 	counter("storage_gc_versions_dropped_total", "Stale row versions storage GC left behind.", func() float64 { return float64(gc.VersionsDropped.Load()) })
 	counter("storage_gc_bytes_reclaimed_total", "Bytes of lake objects storage GC deleted.", func() float64 { return float64(gc.BytesReclaimed.Load()) })
+	counter("storage_gc_early_seals_total", "Virtual files sealed before they were full because their versions went stale while they filled.", func() float64 { return float64(gc.EarlySeals.Load()) })
 	counter("storage_gc_errors_total", "Storage GC rounds that failed (the next one tries again).", func() float64 { return float64(gc.Errors.Load()) })
 
 	counter("checkpoints_total", "Replay checkpoints written (a crash redoes what came after the last one from the sources).",

@@ -49,8 +49,8 @@ func (c *StorageGCConfig) defaults() {
 
 // GCStats count storage GC's work.
 type GCStats struct {
-	Rewrites, FilesRewritten, FilesDropped, VersionsDropped, Errors atomic.Uint64
-	BytesReclaimed                                                  atomic.Int64
+	Rewrites, FilesRewritten, FilesDropped, VersionsDropped, EarlySeals, Errors atomic.Uint64
+	BytesReclaimed                                                              atomic.Int64
 }
 
 // storageGC is the node's storage-GC state.
@@ -107,7 +107,53 @@ func (n *Node) gcDropsWaiting() bool {
 // more, then rewrites the most worthwhile files, if any; the next replay
 // checkpoint switches the rewrite in.
 func (n *Node) StorageGCRound(ctx context.Context) error {
-	return errors.Join(n.dropRetired(ctx), n.rewriteOnce(ctx))
+	return errors.Join(n.dropRetired(ctx), n.sealStaleFilling(ctx), n.rewriteOnce(ctx))
+}
+
+// sealStaleFilling ends early every virtual file still receiving rows whose
+// versions went stale while it filled (a hot table's file is mostly old
+// versions of the same few rows long before it is full): sealed, it is
+// combined into a regular file, which the next rounds rewrite.
+func (n *Node) sealStaleFilling(ctx context.Context) error {
+	w, err := n.Txn.Watermarks(ctx)
+	if err != nil {
+		return err
+	}
+	at := n.gcBound(w.LWM)
+	capacity := int64(n.Config.BlockRows) * int64(n.Config.FileBlocks)
+	var buf []uint64
+	for _, rp := range n.Replayers {
+		for _, b := range rp.Buffers() {
+			id, rows, ok := b.Filling()
+			if !ok || !bigEnoughToSeal(int64(rows), capacity) {
+				continue
+			}
+			vis, ok := rp.FileVisibility(id)
+			if !ok {
+				continue
+			}
+			bm, bit, err := vis.BitmapRange(at, 0, rows, buf)
+			if err != nil {
+				return fmt.Errorf("file %d: %w", id, err)
+			}
+			buf = bm
+			if stale := countBits(bm, bit, rows); staleEnough(int64(rows), stale, n.Config.StorageGC.StaleShare) && b.SealFile(id) {
+				n.gc.stats.EarlySeals.Add(1)
+				n.log.Debug("storage GC sealed a stale virtual file early", "file", id, "rows", rows, "stale", stale)
+			}
+		}
+	}
+	return nil
+}
+
+// bigEnoughToSeal says a virtual file of rows may be sealed early: an
+// eighth of a file at least, so early seals do not flood the lake with
+// small files (combining them costs a rewrite each).
+func bigEnoughToSeal(rows, capacity int64) bool { return rows > 0 && rows >= capacity/8 }
+
+// staleEnough says stale of rows versions reach the rewrite threshold.
+func staleEnough(rows, stale int64, share float64) bool {
+	return rows > 0 && float64(stale) >= share*float64(rows)
 }
 
 // rewriteOnce rewrites the most worthwhile set of files, if any, and
@@ -180,10 +226,9 @@ type fileStat struct {
 // the live rows fit in one file of capacity rows. It returns nothing
 // unless a file is stale enough or at least two small files combine.
 func chooseRewrite(files []fileStat, share float64, capacity int64) []uint64 {
-	staleEnough := func(f fileStat) bool { return f.rows > 0 && float64(f.stale) >= share*float64(f.rows) }
 	var cands []fileStat
 	for _, f := range files {
-		if f.rows > 0 && (staleEnough(f) || f.rows-f.stale < capacity/2) {
+		if f.rows > 0 && (staleEnough(f.rows, f.stale, share) || f.rows-f.stale < capacity/2) {
 			cands = append(cands, f)
 		}
 	}
@@ -205,7 +250,7 @@ func chooseRewrite(files []fileStat, share float64, capacity int64) []uint64 {
 		}
 		live += f.rows - f.stale
 		pick = append(pick, f.id)
-		anyStale = anyStale || staleEnough(f)
+		anyStale = anyStale || staleEnough(f.rows, f.stale, share)
 	}
 	if !anyStale && len(pick) < 2 {
 		return nil

@@ -427,3 +427,50 @@ func TestStorageGCUnderConcurrentReplayAndReads(t *testing.T) {
 		t.Fatalf("at the end: %d rows, want %d", len(got), len(w.state))
 	}
 }
+
+// TestStorageGCSealsAStaleFillingFile: a file still filling whose versions
+// went stale (a few rows updated over and over) is sealed early, combined,
+// and rewritten, without changing an answer; a filling file with live
+// versions is left to fill.
+func TestStorageGCSealsAStaleFillingFile(t *testing.T) {
+	ctx := context.Background()
+	n := mustOpen(t, t.TempDir(), "memory", nil)
+	defer n.Close(ctx)
+	w := &workload{n: n, tb: accountTable(t, n), state: map[int64]int64{}}
+	w.insert(t, 40) // a third of a 128-row file, all live
+	if err := n.StorageGCRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.GCStats().EarlySeals.Load(); got != 0 {
+		t.Fatalf("a filling file of live versions was sealed (%d seals)", got)
+	}
+	for range 4 {
+		w.update(t, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10) // 40 versions, 30 of them stale
+	}
+	if err := n.StorageGCRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.GCStats().EarlySeals.Load(); got != 1 {
+		t.Fatalf("%d early seals, want 1", got)
+	}
+	sealed := waitRegular(t, n, w.tb.ID, 1)[0]
+	if sealed.Rows() != 80 {
+		t.Fatalf("the sealed file has %d rows, want 80", sealed.Rows())
+	}
+	w.update(t, 11) // goes to a new file
+	if got := rows(t, n); !maps.Equal(got, w.state) {
+		t.Fatalf("after the early seal: %d rows, want %d", len(got), len(w.state))
+	}
+	if err := n.StorageGCRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkpointNow(n); err != nil {
+		t.Fatal(err)
+	}
+	if _, retired, rewritten := gcFiles(n, w.tb.ID); retired != 1 || rewritten != 1 {
+		t.Fatalf("after the rewrite: %d retired, %d rewritten files, want 1 and 1", retired, rewritten)
+	}
+	if got := rows(t, n); !maps.Equal(got, w.state) {
+		t.Fatalf("after the rewrite: %d rows, want %d", len(got), len(w.state))
+	}
+}

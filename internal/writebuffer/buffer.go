@@ -605,6 +605,42 @@ func (b *Buffer) maybeClean(f *VirtualFile) {
 	})
 }
 
+// sealCurrent ends the file receiving rows where it is: it is combined once
+// its blocks are durable, and the next append starts a new file. Called
+// with mu held and cur set.
+func (b *Buffer) sealCurrent() {
+	f := b.cur
+	b.sealActive()
+	f.sealed = true
+	b.cur = nil
+	b.maybeCombine(f)
+}
+
+// Filling names the virtual file receiving rows and how many it has.
+func (b *Buffer) Filling() (id uint64, rows int, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cur == nil {
+		return 0, 0, false
+	}
+	return b.cur.id, b.cur.rows, true
+}
+
+// SealFile ends the virtual file id before it is full, if it still receives
+// rows: storage GC does this to a file whose rows went stale while it
+// filled, so it becomes a regular file GC can rewrite. Its rows keep their
+// locations; the next append starts a new file. It reports whether it
+// sealed the file.
+func (b *Buffer) SealFile(id uint64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cur == nil || b.cur.id != id || b.cur.rows == 0 {
+		return false
+	}
+	b.sealCurrent()
+	return true
+}
+
 // Flush seals the active block and waits until every block is durable and
 // every full file combined.
 func (b *Buffer) Flush(ctx context.Context) error {
@@ -637,11 +673,8 @@ func (b *Buffer) Flush(ctx context.Context) error {
 // restart finds only regular files). Later appends start a new file.
 func (b *Buffer) Finish(ctx context.Context) error {
 	b.mu.Lock()
-	if f := b.cur; f != nil {
-		b.sealActive()
-		f.sealed = true
-		b.cur = nil
-		b.maybeCombine(f)
+	if b.cur != nil {
+		b.sealCurrent()
 	}
 	b.mu.Unlock()
 	if err := b.Flush(ctx); err != nil {
