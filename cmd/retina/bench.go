@@ -161,6 +161,7 @@ func soakFlags(f *pflag.FlagSet, cfg *bench.SoakConfig) {
 	f.DurationVar(&cfg.HoldFor, "hold", cfg.HoldFor, "how long one explicit read transaction stays open mid-run (0: none)")
 	f.StringVar(&cfg.OutDir, "out", cfg.OutDir, "directory for report.json and the SVG charts (empty: none)")
 	f.IntVar(&cfg.FileBlocks, "file-blocks", cfg.FileBlocks, "write-buffer blocks per file (0: the server's default)")
+	f.BoolVar(&cfg.Growing, "growing", cfg.Growing, "let the history tables grow as HyBench's mix does (default: they keep their base size, a steady state)")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
 }
 

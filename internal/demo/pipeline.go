@@ -44,6 +44,7 @@ type pipelineConfig struct {
 	SQLAddr string // "" = a free loopback port
 	SF      float64
 	Seed    uint64
+	Retain  bool // history tables keep their base size (hybench.Config.Retain)
 	Logger  *slog.Logger
 	// Node tunes the embedded node (tests shrink the write buffer).
 	Node func(*server.NodeConfig)
@@ -76,7 +77,7 @@ func startPipeline(ctx context.Context, cfg pipelineConfig) (p *pipeline, err er
 	}()
 	var run [6]byte
 	rand.Read(run[:])
-	p.gen = hybench.New(hybench.Config{SF: cfg.SF, Seed: cfg.Seed, Run: "hybench-" + hex.EncodeToString(run[:])}, time.Now())
+	p.gen = hybench.New(hybench.Config{SF: cfg.SF, Seed: cfg.Seed, Retain: cfg.Retain, Run: "hybench-" + hex.EncodeToString(run[:])}, time.Now())
 
 	sc := server.DefaultConfig()
 	sc.DataDir = p.dataDir

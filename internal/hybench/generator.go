@@ -18,6 +18,13 @@ type Config struct {
 	// Run names this stream: transaction ids are "<Run>:<n>", so two runs
 	// into one sink never share an id.
 	Run string
+	// Retain keeps the history tables (transfer, checking, loan
+	// applications with their loans) at their base size, as a bank with a
+	// retention window would: a row added beyond it deletes the table's
+	// oldest in the same transaction, and purges go on past the base rows.
+	// The data then stops growing, which a long soak needs to show that
+	// nothing else does. It costs memory for the retained rows' images.
+	Retain bool
 }
 
 // TxnStats counts the row changes of one generated transaction.
@@ -42,14 +49,15 @@ type Generator struct {
 	sizes Sizes
 	base  int64 // wall time of the base data, µs
 
-	saving, checking []account // by accountID − 1
-	loans            []loanApp // by id − 1
-	pending          []int64   // loan applications under review
+	saving, checking     []account // by accountID − 1
+	transfers, checkings history
+	loans                []loanApp // by id − loanFirst
+	loanFirst            int64     // id of loans[0]
+	pending              []int64   // loan applications under review
 
-	nextTransfer, nextChecking, nextLoanTrans int64
-	purgeTransfer, purgeChecking              int64 // next base row a purge deletes
-	txns                                      uint64
-	total                                     int64 // saving + checking balances, cents
+	nextLoanTrans int64
+	txns          uint64
+	total         int64 // saving + checking balances, cents
 
 	rng   *rand.Rand
 	tx    txnBuilder
@@ -67,7 +75,14 @@ type loanApp struct {
 	duration          int32
 	accepted          bool
 	ts, fresh         int64
+	// The loan of an accepted application: its id and times (for the
+	// delete's before image when a retained application goes).
+	trans, transTS, transFresh int64
+	pendingAt                  int // index in pending while under review
 }
+
+// loan is the application id.
+func (g *Generator) loan(id int64) *loanApp { return &g.loans[id-g.loanFirst] }
 
 // New builds the generator's in-memory state for cfg at base time now.
 func New(cfg Config, now time.Time) *Generator {
@@ -91,14 +106,19 @@ func New(cfg Config, now time.Time) *Generator {
 	g.loans = make([]loanApp, s.LoanApps)
 	for i := range s.LoanApps {
 		r := g.rowRand(6, int64(i+1))
-		g.loans[i] = loanApp{applicant: 1 + int64(r.IntN(s.Accounts)), amount: 100_000 + int64(r.IntN(50_000_000)),
+		l := &g.loans[i]
+		*l = loanApp{applicant: 1 + int64(r.IntN(s.Accounts)), amount: 100_000 + int64(r.IntN(50_000_000)),
 			duration: durations[r.IntN(len(durations))], accepted: i < s.LoanTrans, ts: g.pastMicros(r), fresh: g.base}
-		if i >= s.LoanTrans {
+		if l.accepted {
+			l.trans, l.transTS, l.transFresh = int64(i+1), l.ts, g.base
+		} else {
+			l.pendingAt = len(g.pending)
 			g.pending = append(g.pending, int64(i+1))
 		}
 	}
-	g.nextTransfer, g.nextChecking, g.nextLoanTrans = int64(s.Transfers)+1, int64(s.Checkings)+1, int64(s.LoanTrans)+1
-	g.purgeTransfer, g.purgeChecking = 1, 1
+	g.loanFirst, g.nextLoanTrans = 1, int64(s.LoanTrans)+1
+	g.transfers = newHistory(Transfer, 4, int64(s.Transfers))
+	g.checkings = newHistory(Checking, 5, int64(s.Checkings))
 	return g
 }
 
@@ -167,7 +187,7 @@ func (g *Generator) WriteSnapshot(ctx context.Context, w io.Writer) error {
 		{CheckingAccount, s.Accounts, func(b []byte, id int64) []byte { return appendAccount(b, id, g.checking[id-1]) }},
 		{Transfer, s.Transfers, func(b []byte, id int64) []byte { return g.appendBaseMovement(b, 4, id) }},
 		{Checking, s.Checkings, func(b []byte, id int64) []byte { return g.appendBaseMovement(b, 5, id) }},
-		{LoanApps, s.LoanApps, func(b []byte, id int64) []byte { return appendLoanApp(b, id, g.loans[id-1]) }},
+		{LoanApps, s.LoanApps, func(b []byte, id int64) []byte { return appendLoanApp(b, id, *g.loan(id)) }},
 		{LoanTrans, s.LoanTrans, g.appendBaseLoanTrans},
 	}
 	for _, st := range steps {
@@ -281,7 +301,8 @@ func appendLoanApp(b []byte, id int64, l loanApp) []byte {
 }
 
 func (g *Generator) appendBaseLoanTrans(b []byte, id int64) []byte {
-	return appendLoanTrans(b, id, id, g.loans[id-1], g.loans[id-1].ts, g.base)
+	l := g.loan(id)
+	return appendLoanTrans(b, id, id, *l, l.ts, g.base)
 }
 
 func appendLoanTrans(b []byte, id, app int64, l loanApp, ts, fresh int64) []byte {

@@ -148,7 +148,12 @@ func TestSnapshotMatchesSizesAndInvariants(t *testing.T) {
 // transaction: before images are exact, END counts match the events, the
 // invariants hold after every transaction, and the mix is HyBench's.
 func TestStreamKeepsInvariantsPerTransaction(t *testing.T) {
-	g := New(Config{SF: 0.001, Seed: 3, Run: "t1"}, time.Now())
+	t.Run("growing", func(t *testing.T) { testStream(t, false) })
+	t.Run("retained", func(t *testing.T) { testStream(t, true) })
+}
+
+func testStream(t *testing.T, retain bool) {
+	g := New(Config{SF: 0.001, Seed: 3, Run: "t1", Retain: retain}, time.Now())
 	var base bytes.Buffer
 	if err := g.WriteSnapshot(context.Background(), &base); err != nil {
 		t.Fatal(err)
@@ -201,7 +206,7 @@ func TestStreamKeepsInvariantsPerTransaction(t *testing.T) {
 			if r.EventCount != int64(events) || !reflect.DeepEqual(r.PerTable, perTable) {
 				t.Fatalf("END %s: %d events %v, saw %d %v", r.TxID, r.EventCount, r.PerTable, events, perTable)
 			}
-			if events < RowsPerTxn || events > RowsPerTxn+2 {
+			if longest := RowsPerTxn + 2 + b2i(retain); events < RowsPerTxn || events > longest {
 				t.Fatalf("transaction of %d rows", events)
 			}
 			if tb := pending[0].Table; tb != SavingAccount && tb != CheckingAccount {
@@ -224,6 +229,22 @@ func TestStreamKeepsInvariantsPerTransaction(t *testing.T) {
 		t.Fatalf("%d transactions decoded, want %d", commits, txns)
 	}
 	pct := func(n int) float64 { return 100 * float64(n) / float64(sum.Rows) }
+	if retain {
+		// The history tables end at their base size, give or take the
+		// purges since the last additions.
+		s := g.Sizes()
+		for _, h := range []struct {
+			table string
+			base  int
+		}{{Transfer, s.Transfers}, {Checking, s.Checkings}, {LoanApps, s.LoanApps}} {
+			if n := len(o.rows[h.table]); n > h.base || n < h.base*9/10 {
+				t.Errorf("%s has %d rows, base %d", h.table, n, h.base)
+			}
+		}
+		t.Logf("rows/txn %.2f, updates %.1f%%, inserts %.1f%%, deletes %.1f%%",
+			float64(sum.Rows)/txns, pct(sum.Updates), pct(sum.Inserts), pct(sum.Deletes))
+		return
+	}
 	t.Logf("rows/txn %.2f, updates %.1f%%, inserts %.1f%%, deletes %.1f%%",
 		float64(sum.Rows)/txns, pct(sum.Updates), pct(sum.Inserts), pct(sum.Deletes))
 	if u := pct(sum.Updates); u < 64 || u > 76 {
@@ -259,4 +280,11 @@ func TestDecimalEncoding(t *testing.T) {
 			t.Errorf("%d: encoding %x is not minimal", v, raw[:n])
 		}
 	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -87,9 +87,9 @@ func (g *Generator) op(dst []byte, first bool) []byte {
 	}
 	switch {
 	case p < 24:
-		return g.transfer(dst, Transfer, g.saving, &g.nextTransfer)
+		return g.transfer(dst, &g.transfers, g.saving)
 	case p < 42:
-		return g.transfer(dst, Checking, g.checking, &g.nextChecking)
+		return g.transfer(dst, &g.checkings, g.checking)
 	case p < 72:
 		return g.move(dst)
 	case p < 82:
@@ -101,22 +101,26 @@ func (g *Generator) op(dst []byte, first bool) []byte {
 	}
 }
 
-// transfer moves money between two accounts of one table and records it.
-func (g *Generator) transfer(dst []byte, table string, accts []account, next *int64) []byte {
+// transfer moves money between two accounts of one table and records it
+// in h.
+func (g *Generator) transfer(dst []byte, h *history, accts []account) []byte {
 	a := g.rng.IntN(len(accts))
 	b := g.rng.IntN(len(accts))
 	amt := g.rng.Int64N(min(accts[a].balance, maxMove) + 1)
 	acctTable := SavingAccount
-	if table == Checking {
+	if h.name == Checking {
 		acctTable = CheckingAccount
 	}
 	dst = g.moveBalance(dst, acctTable, accts, a, -amt)
 	dst = g.moveBalance(dst, acctTable, accts, b, amt)
-	id := *next
-	*next++
 	m := movement{source: int64(a + 1), target: int64(b + 1), amount: amt,
 		kind: moveTypes[g.rng.IntN(len(moveTypes))], ts: g.tx.now, fresh: g.tx.now}
-	return g.appendChange(dst, 'c', table, nil, func(b []byte) []byte { return appendMovement(b, id, m) })
+	id := h.add(m, g.cfg.Retain)
+	dst = g.appendChange(dst, 'c', h.name, nil, func(b []byte) []byte { return appendMovement(b, id, m) })
+	if g.cfg.Retain && h.live() > h.base {
+		dst = g.deleteOldest(dst, h)
+	}
+	return dst
 }
 
 // move shifts money between one user's saving and checking accounts: the
@@ -147,10 +151,42 @@ func (g *Generator) moveBalance(dst []byte, table string, accts []account, i int
 func (g *Generator) loanApply(dst []byte) []byte {
 	l := loanApp{applicant: 1 + int64(g.rng.IntN(len(g.saving))), amount: 100_000 + g.rng.Int64N(50_000_000),
 		duration: durations[g.rng.IntN(len(durations))], ts: g.tx.now, fresh: g.tx.now}
+	l.pendingAt = len(g.pending)
 	g.loans = append(g.loans, l)
-	id := int64(len(g.loans))
+	id := g.loanFirst + int64(len(g.loans)) - 1
 	g.pending = append(g.pending, id)
-	return g.appendChange(dst, 'c', LoanApps, nil, func(b []byte) []byte { return appendLoanApp(b, id, l) })
+	dst = g.appendChange(dst, 'c', LoanApps, nil, func(b []byte) []byte { return appendLoanApp(b, id, l) })
+	if g.cfg.Retain && len(g.loans) > g.sizes.LoanApps {
+		dst = g.dropOldestLoan(dst)
+	}
+	return dst
+}
+
+// dropOldestLoan deletes the oldest loan application, with its loan if it
+// was accepted (the loan invariant holds in every transaction).
+func (g *Generator) dropOldestLoan(dst []byte) []byte {
+	id, l := g.loanFirst, g.loans[0]
+	g.loans[0] = loanApp{}
+	g.loans = g.loans[1:]
+	g.loanFirst++
+	if l.accepted {
+		dst = g.appendChange(dst, 'd', LoanTrans, func(b []byte) []byte {
+			return appendLoanTrans(b, l.trans, id, l, l.transTS, l.transFresh)
+		}, nil)
+	} else {
+		g.unpend(l.pendingAt)
+	}
+	return g.appendChange(dst, 'd', LoanApps, func(b []byte) []byte { return appendLoanApp(b, id, l) }, nil)
+}
+
+// unpend removes pending[k] (order does not matter).
+func (g *Generator) unpend(k int) {
+	last := len(g.pending) - 1
+	if k != last {
+		g.pending[k] = g.pending[last]
+		g.loan(g.pending[k]).pendingAt = k
+	}
+	g.pending = g.pending[:last]
 }
 
 // loanApprove accepts an application and lends: the application's status
@@ -161,34 +197,36 @@ func (g *Generator) loanApprove(dst []byte) []byte {
 	}
 	k := g.rng.IntN(len(g.pending))
 	app := g.pending[k]
-	g.pending[k] = g.pending[len(g.pending)-1]
-	g.pending = g.pending[:len(g.pending)-1]
-	before := g.loans[app-1]
-	g.loans[app-1].accepted = true
-	g.loans[app-1].ts, g.loans[app-1].fresh = g.tx.now, g.tx.now
-	after := g.loans[app-1]
+	g.unpend(k)
+	l := g.loan(app)
+	before := *l
+	id := g.nextLoanTrans
+	g.nextLoanTrans++
+	l.accepted = true
+	l.ts, l.fresh = g.tx.now, g.tx.now
+	l.trans, l.transTS, l.transFresh = id, g.tx.now, g.tx.now
+	after := *l
 	dst = g.appendChange(dst, 'u', LoanApps,
 		func(b []byte) []byte { return appendLoanApp(b, app, before) },
 		func(b []byte) []byte { return appendLoanApp(b, app, after) })
-	id := g.nextLoanTrans
-	g.nextLoanTrans++
 	return g.appendChange(dst, 'c', LoanTrans, nil, func(b []byte) []byte {
 		return appendLoanTrans(b, id, app, after, g.tx.now, g.tx.now)
 	})
 }
 
-// purge deletes the oldest base transfer, then the oldest base checking
-// payment, once the transfers are gone.
+// purge deletes the oldest transfer, or, once those are gone (or in a
+// tenth of the cases when history is retained: the tables' size ratio),
+// the oldest checking payment. Without retained history only base rows are
+// purged; then purges become loan applications.
 func (g *Generator) purge(dst []byte) []byte {
-	switch {
-	case g.purgeTransfer <= int64(g.sizes.Transfers):
-		id := g.purgeTransfer
-		g.purgeTransfer++
-		return g.appendChange(dst, 'd', Transfer, func(b []byte) []byte { return g.appendBaseMovement(b, 4, id) }, nil)
-	case g.purgeChecking <= int64(g.sizes.Checkings):
-		id := g.purgeChecking
-		g.purgeChecking++
-		return g.appendChange(dst, 'd', Checking, func(b []byte) []byte { return g.appendBaseMovement(b, 5, id) }, nil)
+	first, second := &g.transfers, &g.checkings
+	if g.cfg.Retain && g.rng.IntN(g.sizes.Transfers+g.sizes.Checkings) < g.sizes.Checkings {
+		first, second = second, first
+	}
+	for _, h := range []*history{first, second} {
+		if h.purgeable(g.cfg.Retain) {
+			return g.deleteOldest(dst, h)
+		}
 	}
 	return g.loanApply(dst)
 }
