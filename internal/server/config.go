@@ -81,7 +81,7 @@ func DefaultConfig() Config {
 		LogFormat: "text", IndexBackend: "memory", Replayers: 2, Buckets: 16, BadInput: "fail", DecimalHandling: "precise",
 		CheckpointInterval: 5 * time.Second, IndexPurgeInterval: time.Minute,
 		IdleInTransactionTimeout: 10 * time.Minute,
-		StorageGCInterval:        10 * time.Second, StorageGCStaleShare: 0.5,
+		StorageGCInterval:        2 * time.Second, StorageGCStaleShare: 0.5,
 	}
 }
 

@@ -23,8 +23,9 @@ import (
 
 // StorageGCConfig tunes storage GC.
 type StorageGCConfig struct {
-	// Interval is how often the files are examined (default 10s; negative
-	// turns storage GC off).
+	// Interval is how often the files are examined (default 2s: a look is
+	// cheap, and a hot table's stale versions pile up fast; negative turns
+	// storage GC off).
 	Interval time.Duration
 	// StaleShare is the share of a file's versions that must be stale
 	// (deleted below every running query's snapshot) before it is
@@ -37,7 +38,7 @@ type StorageGCConfig struct {
 
 func (c *StorageGCConfig) defaults() {
 	if c.Interval == 0 {
-		c.Interval = 10 * time.Second
+		c.Interval = 2 * time.Second
 	}
 	if c.StaleShare <= 0 || c.StaleShare > 1 {
 		c.StaleShare = 0.5
@@ -107,7 +108,7 @@ func (n *Node) gcDropsWaiting() bool {
 // more, then rewrites the most worthwhile files, if any; the next replay
 // checkpoint switches the rewrite in.
 func (n *Node) StorageGCRound(ctx context.Context) error {
-	return errors.Join(n.dropRetired(ctx), n.sealStaleFilling(ctx), n.rewriteOnce(ctx))
+	return errors.Join(n.dropRetired(ctx), n.sealStaleFilling(ctx), n.rewriteDue(ctx))
 }
 
 // sealStaleFilling ends early every virtual file still receiving rows whose
@@ -146,33 +147,49 @@ func (n *Node) sealStaleFilling(ctx context.Context) error {
 	return nil
 }
 
-// bigEnoughToSeal says a virtual file of rows may be sealed early: an
-// eighth of a file at least, so early seals do not flood the lake with
+// bigEnoughToSeal says a virtual file of rows may be sealed early: a
+// sixteenth of a file at least, so early seals do not flood the lake with
 // small files (combining them costs a rewrite each).
-func bigEnoughToSeal(rows, capacity int64) bool { return rows > 0 && rows >= capacity/8 }
+func bigEnoughToSeal(rows, capacity int64) bool { return rows > 0 && rows >= capacity/16 }
 
 // staleEnough says stale of rows versions reach the rewrite threshold.
 func staleEnough(rows, stale int64, share float64) bool {
 	return rows > 0 && float64(stale) >= share*float64(rows)
 }
 
+// maxReady bounds the rewrites waiting for a checkpoint to switch them in.
+const maxReady = 8
+
+// rewriteDue rewrites the most worthwhile sets of files, one after the
+// other, until none is left or maxReady wait for the next checkpoint to
+// switch them in. Each is paced, so together they take no more of the
+// cores than one.
+func (n *Node) rewriteDue(ctx context.Context) error {
+	for {
+		n.gc.mu.Lock()
+		full := len(n.gc.ready) >= maxReady
+		n.gc.mu.Unlock()
+		if full {
+			return nil
+		}
+		did, err := n.rewriteOnce(ctx)
+		if err != nil || !did {
+			return err
+		}
+	}
+}
+
 // rewriteOnce rewrites the most worthwhile set of files, if any, and
 // leaves it for the next checkpoint to switch in.
-func (n *Node) rewriteOnce(ctx context.Context) error {
-	n.gc.mu.Lock()
-	waiting := len(n.gc.ready) > 0
-	n.gc.mu.Unlock()
-	if waiting { // one rewrite at a time, switched before the next
-		return nil
-	}
+func (n *Node) rewriteOnce(ctx context.Context) (bool, error) {
 	w, err := n.Txn.Watermarks(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	at := n.gcBound(w.LWM)
 	t, rp, files, err := n.pickRewrite(at)
 	if err != nil || files == nil {
-		return err
+		return false, err
 	}
 	for _, f := range files {
 		n.gc.mark(f.ID, true)
@@ -191,14 +208,14 @@ func (n *Node) rewriteOnce(ctx context.Context) error {
 		for _, f := range files {
 			n.gc.mark(f.ID, false)
 		}
-		return fmt.Errorf("table %s: %w", t.Name, err)
+		return false, fmt.Errorf("table %s: %w", t.Name, err)
 	}
 	n.log.Info("storage GC rewrote files", "table", t.Name, "files", len(files), "new_file", rw.New.ID,
 		"versions_kept", rw.Rows, "versions_dropped", rw.Dropped, "at_ts", at)
 	n.gc.mu.Lock()
 	n.gc.ready = append(n.gc.ready, rw)
 	n.gc.mu.Unlock()
-	return nil
+	return true, nil
 }
 
 func (g *storageGC) mark(id uint64, busy bool) {
