@@ -68,6 +68,7 @@ type Engine struct {
 
 	rowsRead, rowsOut atomic.Int64
 	statements        atomic.Uint64
+	readers           readViews
 }
 
 // Open starts DuckDB and registers retina_scan, the MVCC functions and one
@@ -139,11 +140,11 @@ func (e *Engine) register() error {
 		"retina_hwm": watermark(func(w txn.Watermarks) uint64 { return w.HWM }),
 		"retina_lwm": watermark(func(w txn.Watermarks) uint64 { return w.LWM }),
 		"retina_snapshot": {result: ubig, fn: func(ctx context.Context) (any, error) {
-			s, ok := snapshotOf(ctx)
+			v, ok := viewOf(ctx)
 			if !ok {
 				return nil, errNoSnapshot
 			}
-			return s, nil
+			return v.ts, nil
 		}},
 	}
 	for name, f := range fns {
@@ -209,7 +210,7 @@ func (e *Engine) Close() error {
 type Session struct {
 	e        *Engine
 	conn     *sql.Conn
-	tx       *txn.Query // the snapshot between BEGIN and COMMIT
+	tx       *readView // the snapshot between BEGIN and COMMIT
 	settings *Settings
 }
 
@@ -231,7 +232,7 @@ func (s *Session) InTransaction() bool { return s.tx != nil }
 // Close ends the session and any snapshot it holds.
 func (s *Session) Close() error {
 	if s.tx != nil {
-		s.e.cfg.Txn.EndQuery(context.WithoutCancel(context.Background()), s.tx.Handle)
+		s.e.endView(context.Background(), s.tx)
 		s.tx = nil
 	}
 	return s.conn.Close()
@@ -326,16 +327,16 @@ func (s *Session) Run(ctx context.Context, stmt string, args ...any) (*Result, e
 		}
 	case "BEGIN", "START":
 		if s.tx == nil {
-			q, err := s.e.cfg.Txn.BeginQuery(ctx)
+			v, err := s.e.beginView(ctx)
 			if err != nil {
 				return nil, err
 			}
-			s.tx = &q
+			s.tx = v
 		}
 		return &Result{Tag: "BEGIN"}, nil
 	case "COMMIT", "END", "ROLLBACK", "ABORT":
 		if s.tx != nil {
-			err := s.e.cfg.Txn.EndQuery(context.WithoutCancel(ctx), s.tx.Handle)
+			err := s.e.endView(ctx, s.tx)
 			s.tx = nil
 			if err != nil {
 				return nil, err
@@ -353,11 +354,11 @@ func (s *Session) Run(ctx context.Context, stmt string, args ...any) (*Result, e
 	if err := s.checkReadOnly(ctx, stmt); err != nil {
 		return nil, err
 	}
-	snapshot, end, err := s.snapshot(ctx)
+	view, end, err := s.snapshot(ctx)
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.query(withSnapshot(ctx, snapshot), stmt, args)
+	res, err := s.query(withView(ctx, view), stmt, args)
 	if err != nil {
 		end()
 		return nil, err
@@ -419,18 +420,18 @@ func (s *Session) DescribeSetting(stmt string) (cols []Column, ok bool, err erro
 	return []Column{{Name: name, Type: "VARCHAR"}}, true, nil
 }
 
-// snapshot is the session's transaction snapshot, or a new one for this
+// snapshot is the session's transaction view, or a new one for this
 // statement with the function that ends it.
-func (s *Session) snapshot(ctx context.Context) (uint64, func(), error) {
+func (s *Session) snapshot(ctx context.Context) (*readView, func(), error) {
 	if s.tx != nil {
-		return s.tx.Snapshot, func() {}, nil
+		return s.tx, func() {}, nil
 	}
-	q, err := s.e.cfg.Txn.BeginQuery(ctx)
+	v, err := s.e.beginView(ctx)
 	if err != nil {
-		return 0, nil, err
+		return nil, nil, err
 	}
-	return q.Snapshot, func() {
-		if err := s.e.cfg.Txn.EndQuery(context.WithoutCancel(ctx), q.Handle); err != nil {
+	return v, func() {
+		if err := s.e.endView(ctx, v); err != nil {
 			s.e.log.Error("ending a query snapshot failed", "err", err)
 		}
 	}, nil

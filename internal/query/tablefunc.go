@@ -18,17 +18,17 @@ import (
 	"github.com/retinadb/retina/internal/types"
 )
 
-type snapshotKey struct{}
+type viewKey struct{}
 
-// withSnapshot carries a statement's snapshot to the table function and the
+// withView carries a statement's read view to the table function and the
 // retina_snapshot() function, which DuckDB calls with the statement's ctx.
-func withSnapshot(ctx context.Context, s uint64) context.Context {
-	return context.WithValue(ctx, snapshotKey{}, s)
+func withView(ctx context.Context, v *readView) context.Context {
+	return context.WithValue(ctx, viewKey{}, v)
 }
 
-func snapshotOf(ctx context.Context) (uint64, bool) {
-	s, ok := ctx.Value(snapshotKey{}).(uint64)
-	return s, ok
+func viewOf(ctx context.Context) (*readView, bool) {
+	v, ok := ctx.Value(viewKey{}).(*readView)
+	return v, ok && v != nil
 }
 
 // errNoSnapshot reports a scan outside a Retina statement.
@@ -76,13 +76,16 @@ func (e *Engine) scanFunction() duckdb.ParallelChunkTableFunction {
 		Config: duckdb.TableFunctionConfig{Arguments: []duckdb.TypeInfo{varchar}},
 		BindArgumentsContext: func(ctx context.Context, _ map[string]any, args ...any) (duckdb.ParallelChunkTableSource, error) {
 			name, _ := args[0].(string)
+			view, hasView := viewOf(ctx)
 			snap := e.cfg.Catalog.Snapshot()
+			if hasView {
+				snap = view.catalogFor(e.cfg.Catalog)
+			}
 			t, ok := snap.Table(name)
 			if !ok {
 				return nil, fmt.Errorf("query: table %q does not exist", name)
 			}
-			src := &tableSource{e: e, table: t, files: snap.LiveFiles(t.ID)}
-			src.snapshot, src.hasSnapshot = snapshotOf(ctx)
+			src := &tableSource{e: e, table: t, files: snap.LiveFiles(t.ID), view: view}
 			src.ctx = ctx
 			for _, c := range t.Schema.Columns {
 				ti, err := duckType(c.Type)
@@ -98,13 +101,12 @@ func (e *Engine) scanFunction() duckdb.ParallelChunkTableFunction {
 
 // tableSource is one invocation of retina_scan.
 type tableSource struct {
-	e           *Engine
-	table       *catalog.Table
-	files       []*catalog.File
-	snapshot    uint64
-	hasSnapshot bool
-	ctx         context.Context
-	infos       []duckdb.ColumnInfo
+	e     *Engine
+	table *catalog.Table
+	files []*catalog.File
+	view  *readView // nil while DuckDB only prepares the statement
+	ctx   context.Context
+	infos []duckdb.ColumnInfo
 
 	once      sync.Once
 	projected []int // table columns DuckDB asked for, in chunk order
@@ -123,8 +125,17 @@ func (s *tableSource) Cardinality() *duckdb.CardinalityInfo {
 	return &duckdb.CardinalityInfo{Cardinality: n}
 }
 
+// request is a scan of the table at the statement's view.
+func (s *tableSource) request() scan.Request {
+	req := scan.Request{Table: s.table, Files: s.files, Columns: s.projected}
+	if s.view != nil {
+		req.Snapshot, req.Deleted = s.view.ts, s.view
+	}
+	return req
+}
+
 func (s *tableSource) Init() duckdb.ParallelTableSourceInfo {
-	req := scan.Request{Table: s.table, Files: s.files, Snapshot: s.snapshot}
+	req := s.request()
 	s.splits, _ = s.e.cfg.Scanner.Plan(req)
 	return duckdb.ParallelTableSourceInfo{MaxThreads: max(1, min(len(s.splits), s.e.cfg.Threads))}
 }
@@ -179,7 +190,7 @@ func (s *tableSource) next() (scan.Split, bool) {
 
 func (s *tableSource) FillChunk(local any, chunk duckdb.DataChunk) error {
 	ls := local.(*localScan)
-	if !s.hasSnapshot {
+	if s.view == nil {
 		return errNoSnapshot
 	}
 	s.once.Do(func() {
@@ -199,7 +210,7 @@ func (s *tableSource) FillChunk(local any, chunk duckdb.DataChunk) error {
 		if !ok {
 			return chunk.SetSize(0)
 		}
-		req := scan.Request{Table: s.table, Files: s.files, Snapshot: s.snapshot, Columns: s.projected}
+		req := s.request()
 		var st scan.Stats
 		err := s.e.cfg.Scanner.ScanSplitSelected(s.ctx, req, sp, &st, func(r arrow.RecordBatch, mask []uint64, visible int) error {
 			sel := selected{rec: r}

@@ -58,6 +58,17 @@ type Request struct {
 	Files    []*catalog.File // the live files of the table in the planning snapshot
 	Snapshot uint64
 	Columns  []int // projected table columns, in output order
+	// Deleted, when set, reads the deleted bits at Snapshot instead of the
+	// files' visibility structures (a reader whose snapshot was
+	// checkpointed keeps its own bitmaps).
+	Deleted DeletedReader
+}
+
+// DeletedReader reads the deleted bits of rows [offset, offset+rows) of a
+// file at a snapshot, as visibility.RowGroup.BitmapRange does: the bits
+// start at bit of the returned words, which may reuse buf.
+type DeletedReader interface {
+	DeletedRange(file uint64, vis *visibility.RowGroup, offset, rows int, buf []uint64) (bm []uint64, bit int, err error)
 }
 
 // Stats count what a scan did.
@@ -162,31 +173,42 @@ func (sc *Scanner) owner(f *catalog.File) (Owner, error) {
 	return o, nil
 }
 
+// Visibility is the visibility structure of a file, from its owner.
+func (sc *Scanner) Visibility(f *catalog.File) (*visibility.RowGroup, error) {
+	o, err := sc.owner(f)
+	if err != nil {
+		return nil, err
+	}
+	vis, ok := o.FileVisibility(f.ID)
+	if !ok {
+		return nil, fmt.Errorf("replayer %d has no visibility for file %d", f.Replayer, f.ID)
+	}
+	return vis, nil
+}
+
 // deleted returns the file's deleted set at the snapshot, read per row
 // group as the scan reaches it; nil when the scan runs without visibility.
-func (sc *Scanner) deleted(f *catalog.File, vis *visibility.RowGroup, snapshot uint64) (*deletedSet, error) {
+func (sc *Scanner) deleted(f *catalog.File, vis *visibility.RowGroup, req Request) (*deletedSet, error) {
 	if sc.NoVisibility {
 		return nil, nil
 	}
 	if vis == nil {
-		o, err := sc.owner(f)
-		if err != nil {
+		var err error
+		if vis, err = sc.Visibility(f); err != nil {
 			return nil, err
 		}
-		var ok bool
-		if vis, ok = o.FileVisibility(f.ID); !ok {
-			return nil, fmt.Errorf("replayer %d has no visibility for file %d", f.Replayer, f.ID)
-		}
 	}
-	return &deletedSet{vis: vis, snapshot: snapshot}, nil
+	return &deletedSet{file: f.ID, vis: vis, snapshot: req.Snapshot, reader: req.Deleted}, nil
 }
 
 // deletedSet is one file's visibility at a snapshot. Each row group (or
 // block) takes the bitmap of its own rows: a file's whole bitmap is
 // 128 KiB for a million rows, a scan of ten rows needs one tile's.
 type deletedSet struct {
+	file     uint64
 	vis      *visibility.RowGroup
 	snapshot uint64
+	reader   DeletedReader // nil: vis at snapshot
 	buf      []uint64
 }
 
@@ -196,7 +218,16 @@ func (d *deletedSet) at(offset, rows int) ([]uint64, error) {
 	if d == nil {
 		return nil, nil
 	}
-	bm, bit, err := d.vis.BitmapRange(d.snapshot, offset, rows, d.buf)
+	var (
+		bm  []uint64
+		bit int
+		err error
+	)
+	if d.reader != nil {
+		bm, bit, err = d.reader.DeletedRange(d.file, d.vis, offset, rows, d.buf)
+	} else {
+		bm, bit, err = d.vis.BitmapRange(d.snapshot, offset, rows, d.buf)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +246,7 @@ func (sc *Scanner) scanRegular(ctx context.Context, req Request, f *catalog.File
 		return err
 	}
 	defer pf.Close()
-	del, err := sc.deleted(f, vis, req.Snapshot)
+	del, err := sc.deleted(f, vis, req)
 	if err != nil {
 		return err
 	}
@@ -269,7 +300,7 @@ func (sc *Scanner) scanVirtual(ctx context.Context, req Request, f *catalog.File
 	if fv.Regular { // combined since the plan was made: read it as regular
 		return sc.scanRegular(ctx, req, f, fv.Key, fv.Vis, -1, st, emit)
 	}
-	del, err := sc.deleted(f, fv.Vis, req.Snapshot)
+	del, err := sc.deleted(f, fv.Vis, req)
 	if err != nil {
 		return err
 	}

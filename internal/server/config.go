@@ -46,6 +46,10 @@ type Config struct {
 	// explicit transaction this long (SQLSTATE 25P03), so a forgotten
 	// BEGIN cannot hold back GC; sessions may SET their own (0: no limit).
 	IdleInTransactionTimeout time.Duration `yaml:"idle_in_transaction_session_timeout"`
+	// VisibilityCheckpointAfter is the age at which a query or read
+	// transaction gets a visibility checkpoint: its deleted bitmaps are
+	// materialized and it stops holding LWM back (0: never).
+	VisibilityCheckpointAfter time.Duration `yaml:"visibility_checkpoint_after"`
 	// StorageGCInterval is how often storage GC looks for files to rewrite
 	// (0 turns it off); StorageGCStaleShare is the share of a file's
 	// versions that must be stale before it is rewritten.
@@ -80,8 +84,8 @@ func DefaultConfig() Config {
 		DataDir: "retina-data", SourceEOF: "follow", SQLAddr: "127.0.0.1:5433", HTTPAddr: "127.0.0.1:9187",
 		LogFormat: "text", IndexBackend: "memory", Replayers: 2, Buckets: 16, BadInput: "fail", DecimalHandling: "precise",
 		CheckpointInterval: 5 * time.Second, IndexPurgeInterval: time.Minute,
-		IdleInTransactionTimeout: 10 * time.Minute,
-		StorageGCInterval:        2 * time.Second, StorageGCStaleShare: 0.5,
+		IdleInTransactionTimeout: 10 * time.Minute, VisibilityCheckpointAfter: 30 * time.Second,
+		StorageGCInterval: 2 * time.Second, StorageGCStaleShare: 0.5,
 	}
 }
 
@@ -126,7 +130,8 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 	}
 	for k, p := range map[string]*time.Duration{"RETINA_CHECKPOINT_INTERVAL": &c.CheckpointInterval, "RETINA_INDEX_PURGE_INTERVAL": &c.IndexPurgeInterval,
 		"RETINA_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": &c.IdleInTransactionTimeout,
-		"RETINA_STORAGE_GC_INTERVAL":                 &c.StorageGCInterval} {
+		"RETINA_STORAGE_GC_INTERVAL":                 &c.StorageGCInterval,
+		"RETINA_VISIBILITY_CHECKPOINT_AFTER":         &c.VisibilityCheckpointAfter} {
 		if v := getenv(k); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil {
@@ -162,6 +167,9 @@ func (c *Config) Validate() error {
 	}
 	if c.IdleInTransactionTimeout < 0 || c.IdleInTransactionTimeout > math.MaxInt32*time.Millisecond {
 		return fmt.Errorf("config: idle_in_transaction_session_timeout %s: want 0 (no limit) up to %s", c.IdleInTransactionTimeout, math.MaxInt32*time.Millisecond)
+	}
+	if c.VisibilityCheckpointAfter < 0 {
+		return fmt.Errorf("config: visibility_checkpoint_after %s: want 0 (never) or a positive age", c.VisibilityCheckpointAfter)
 	}
 	if c.StorageGCInterval < 0 {
 		return fmt.Errorf("config: storage_gc_interval %s: want 0 (off) or a positive interval", c.StorageGCInterval)

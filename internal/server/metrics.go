@@ -88,6 +88,11 @@ func (s *Server) registerMetrics(reg *prometheus.Registry) {
 	counter("storage_gc_early_seals_total", "Virtual files sealed before they were full because their versions went stale while they filled.", func() float64 { return float64(gc.EarlySeals.Load()) })
 	counter("storage_gc_errors_total", "Storage GC rounds that failed (the next one tries again).", func() float64 { return float64(gc.Errors.Load()) })
 
+	readers := s.Node.Readers()
+	counter("visibility_checkpoints_total", "Long-running queries and read transactions whose visibility was checkpointed so they stopped holding LWM.", func() float64 { return float64(readers.Checkpoints.Load()) })
+	counter("visibility_checkpoint_errors_total", "Visibility checkpoints that failed (retried).", func() float64 { return float64(readers.Errors.Load()) })
+	gauge("visibility_checkpoint_bytes", "Deleted bitmaps held by checkpointed readers.", func() float64 { return float64(readers.FrozenBytes.Load()) })
+
 	counter("checkpoints_total", "Replay checkpoints written (a crash redoes what came after the last one from the sources).",
 		sinks(func(st sink.Stats) float64 { return float64(st.Checkpoints) }))
 	counter("checkpoint_errors_total", "Replay checkpoints that failed (the one before stays current).",

@@ -42,6 +42,9 @@ type NodeConfig struct {
 	// IdleInTransactionTimeout is the SQL sessions' default
 	// idle_in_transaction_session_timeout (0: no limit).
 	IdleInTransactionTimeout time.Duration
+	// VisibilityCheckpointAfter is the age at which a reader's snapshot is
+	// checkpointed so it stops holding LWM (0: never).
+	VisibilityCheckpointAfter time.Duration
 	// StorageGC tunes the rewriting of stale and small files.
 	StorageGC StorageGCConfig
 	// FS holds the checkpoint's files (default: the local disk); tests put
@@ -73,6 +76,7 @@ type Node struct {
 	gcPin    atomic.Uint64 // ts+1 of a checkpoint taking deleted sets, 0 when none
 	purges   PurgeStats
 	gc       storageGC
+	readers  ReaderStats
 }
 
 // PurgeStats count index purges.

@@ -67,8 +67,8 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 	}
 	nc := NodeConfig{DataDir: cfg.DataDir, Lake: cfg.Lake, IndexBackend: cfg.IndexBackend, Replayers: cfg.Replayers,
 		Buckets: cfg.Buckets, BlockRows: cfg.BlockRows, FileBlocks: cfg.FileBlocks, Failpoints: opts.Failpoints, Logger: log,
-		IdleInTransactionTimeout: cfg.IdleInTransactionTimeout,
-		StorageGC:                StorageGCConfig{Interval: cfg.StorageGCInterval, StaleShare: cfg.StorageGCStaleShare}}
+		IdleInTransactionTimeout: cfg.IdleInTransactionTimeout, VisibilityCheckpointAfter: cfg.VisibilityCheckpointAfter,
+		StorageGC: StorageGCConfig{Interval: cfg.StorageGCInterval, StaleShare: cfg.StorageGCStaleShare}}
 	if cfg.StorageGCInterval == 0 {
 		nc.StorageGC.Interval = -1 // off
 	}
@@ -247,6 +247,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.sink != nil {
 		gcWG.Go(func() { s.Node.RunStorageGC(intake) })
 	}
+	gcWG.Go(func() { s.Node.RunVisibilityCheckpoints(intake) })
 	serveCtx, stopServe := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServe()
 	var wg sync.WaitGroup

@@ -415,8 +415,11 @@ func (n *Node) dropRetired(ctx context.Context) error {
 	n.gc.mu.Lock()
 	var due []switched
 	keep := n.gc.switched[:0]
+	frozen, anyFrozen := n.Engine.OldestFrozen()
 	for _, s := range n.gc.switched {
-		if s.ts <= n.gc.durable && w.LWM > s.ts {
+		// A checkpointed reader older than the switch plans with the
+		// files it replaced.
+		if s.ts <= n.gc.durable && w.LWM > s.ts && (!anyFrozen || frozen > s.ts) {
 			due = append(due, s)
 		} else {
 			keep = append(keep, s)
