@@ -29,7 +29,7 @@ func Soak(ctx context.Context, r *Report, cfg SoakConfig) error {
 	r.Set("duration_s", cfg.Duration.Seconds())
 	for _, k := range []string{"rows_per_sec", "rss_growth_ratio", "lake_to_live_bytes_max", "stale_share_max",
 		"freshness_p99_ms_first_minute", "freshness_p99_ms_last_minute", "ap_latency_ratio_last_vs_first", "live_rows_ratio_last_vs_first",
-		"lwm_lag_max_s", "lwm_catchup_s", "visibility_bits_per_tuple", "samples", "invariant_checks", "invariant_failures"} {
+		"lwm_lag_max_s", "lwm_catchup_s", "lwm_freed_while_held_s", "visibility_bits_per_tuple", "samples", "invariant_checks", "invariant_failures"} {
 		r.Set(k, res.Figures[k])
 	}
 	if len(res.InvariantFailures) > 0 {

@@ -74,9 +74,13 @@ type SoakResult struct {
 	Figures map[string]any `json:"figures"`
 	// HoldStartS and HoldEndS bound the held transaction (seconds into the
 	// stream); LWMCatchupS is how long after it ended LWM passed it.
-	HoldStartS             float64  `json:"hold_start_s"`
-	HoldEndS               float64  `json:"hold_end_s"`
-	LWMCatchupS            float64  `json:"lwm_catchup_s"`
+	HoldStartS  float64 `json:"hold_start_s"`
+	HoldEndS    float64 `json:"hold_end_s"`
+	LWMCatchupS float64 `json:"lwm_catchup_s"`
+	// LWMFreedS is how long after the held transaction began LWM passed
+	// its snapshot while it was still open (its visibility checkpoint); 0
+	// when it never did.
+	LWMFreedS              float64  `json:"lwm_freed_s"`
 	RowsPerSec             float64  `json:"rows_per_sec"`
 	InvariantChecks        int      `json:"invariant_checks"`
 	InvariantFailures      []string `json:"invariant_failures,omitempty"`
@@ -266,15 +270,41 @@ func (p *pipeline) holdTransaction(ctx context.Context, cfg SoakConfig, pr *prob
 	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
 		return fmt.Errorf("soak: held transaction: %w", err)
 	}
-	var n int64
-	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+hybench.Customer).Scan(&n); err != nil {
+	// What the transaction reads must not change while it is held, even
+	// after a visibility checkpoint lets LWM and GC move past it.
+	const read = "SELECT retina_snapshot(), (SELECT count(*) FROM " + hybench.Transfer + "), (SELECT sum(balance)::VARCHAR FROM " + hybench.SavingAccount + ")"
+	var (
+		held          uint64
+		rows, rows2   int64
+		saved, saved2 string
+	)
+	if err := conn.QueryRow(ctx, read).Scan(&held, &rows, &saved); err != nil {
 		return fmt.Errorf("soak: held transaction: %w", err)
 	}
+	start := time.Now()
 	res.HoldStartS = pr.sinceStart().Seconds()
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-time.After(cfg.HoldFor):
+	for freed := false; time.Since(start) < cfg.HoldFor; {
+		if !freed {
+			if w, err := p.srv.Node.Txn.Watermarks(ctx); err == nil && w.LWM > held {
+				freed = true
+				res.LWMFreedS = time.Since(start).Seconds()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	var snap2 uint64
+	if err := conn.QueryRow(ctx, read).Scan(&snap2, &rows2, &saved2); err != nil {
+		return fmt.Errorf("soak: held transaction, second read: %w", err)
+	}
+	if snap2 != held || rows2 != rows || saved2 != saved {
+		pr.addCheck([]string{fmt.Sprintf("held transaction: read snapshot %d: %d transfers, savings %s; %s later snapshot %d: %d transfers, savings %s",
+			held, rows, saved, cfg.HoldFor, snap2, rows2, saved2)})
+	} else {
+		pr.addCheck(nil)
 	}
 	w, err := p.srv.Node.Txn.Watermarks(ctx)
 	if err != nil {
@@ -415,9 +445,11 @@ func soakFigures(res *SoakResult, pr *probes, ap []apSample, streamed time.Durat
 	}
 	first, final := apIn(0, minute), apIn(last[0], last[1])
 	var ratios []float64
+	byQuery := map[string]float64{}
 	for name, d := range first {
 		if e, ok := final[name]; ok && d > 0 {
 			ratios = append(ratios, float64(e)/float64(d))
+			byQuery[name] = round3(float64(e) / float64(d))
 		}
 	}
 	return map[string]any{
@@ -428,9 +460,11 @@ func soakFigures(res *SoakResult, pr *probes, ap []apSample, streamed time.Durat
 		"freshness_p99_ms_first_minute":  freshIn(0, minute),
 		"freshness_p99_ms_last_minute":   freshIn(last[0], last[1]),
 		"ap_latency_ratio_last_vs_first": round3(geomean(ratios)),
+		"ap_latency_ratio_by_query":      byQuery,
 		"live_rows_ratio_last_vs_first":  round3(liveGrowth),
 		"lwm_lag_max_s":                  lag,
 		"lwm_catchup_s":                  math.Round(res.LWMCatchupS*10) / 10,
+		"lwm_freed_while_held_s":         math.Round(res.LWMFreedS*10) / 10,
 		"visibility_bits_per_tuple":      round3(res.VisibilityBitsPerTuple),
 		"samples":                        len(res.Samples),
 		"invariant_checks":               res.InvariantChecks,
