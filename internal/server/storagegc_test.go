@@ -294,10 +294,11 @@ func TestStorageGCSwitchLostInACrash(t *testing.T) {
 }
 
 // TestStorageGCUnderConcurrentReplayAndReads runs replay, storage GC
-// rounds, checkpoints (which switch rewrites in) and explicit read
-// transactions together: every read equals the model's table at the
-// reader's snapshot, whether it planned before a rewrite, between the
-// rewrite and the switch, or after the swap. Run with -race.
+// rounds, checkpoints (which switch rewrites in), visibility checkpoints of
+// every reader, memory GC and explicit read transactions together: every
+// read equals the model's table at the reader's snapshot, whether it
+// planned before a rewrite, between the rewrite and the switch, or after
+// the swap, and before or after its visibility checkpoint. Run with -race.
 func TestStorageGCUnderConcurrentReplayAndReads(t *testing.T) {
 	ctx := context.Background()
 	n, err := server.OpenNode(ctx, server.NodeConfig{DataDir: t.TempDir(), BlockRows: 16, FileBlocks: 4, Replayers: 1,
@@ -369,7 +370,7 @@ func TestStorageGCUnderConcurrentReplayAndReads(t *testing.T) {
 			}
 		}
 	})
-	wg.Go(func() { // storage GC
+	wg.Go(func() { // storage GC, visibility checkpoints of every reader, memory GC
 		for {
 			select {
 			case <-done:
@@ -380,6 +381,8 @@ func TestStorageGCUnderConcurrentReplayAndReads(t *testing.T) {
 				t.Error(err)
 				return
 			}
+			n.CheckpointReaders(ctx, 0)
+			n.CollectVisibility(ctx)
 		}
 	})
 	for r := range 2 {
@@ -422,6 +425,9 @@ func TestStorageGCUnderConcurrentReplayAndReads(t *testing.T) {
 	wg.Wait()
 	if st := n.GCStats(); st.Rewrites.Load() == 0 {
 		t.Fatal("no rewrite was switched in: the test did not exercise storage GC")
+	}
+	if n.Readers().Checkpoints.Load() == 0 {
+		t.Fatal("no reader was checkpointed: the test did not exercise visibility checkpoints")
 	}
 	if got := rows(t, n); !maps.Equal(got, w.state) {
 		t.Fatalf("at the end: %d rows, want %d", len(got), len(w.state))
