@@ -37,6 +37,36 @@ type RetryPolicy struct {
 	FaultCheck func(op, key string) error
 }
 
+// withDefaults fills the unset fields.
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	if p.Attempts <= 0 {
+		p.Attempts = 6
+	}
+	if p.BaseDelay <= 0 {
+		p.BaseDelay = 50 * time.Millisecond
+	}
+	if p.MaxDelay <= 0 {
+		p.MaxDelay = 2 * time.Second
+	}
+	if p.OpTimeout <= 0 {
+		p.OpTimeout = 60 * time.Second
+	}
+	return p
+}
+
+// Backoff is the wait before try attempt+1 after attempt failures: the base
+// delay doubled per failure, up to the ceiling. Callers that retry a whole
+// job after the store gave up (a write buffer's flush) wait by it too, so
+// one policy paces every retry of the lake.
+func (p RetryPolicy) Backoff(attempt int) time.Duration {
+	p = p.withDefaults()
+	d := p.BaseDelay
+	for i := 1; i < attempt && d < p.MaxDelay; i++ {
+		d *= 2
+	}
+	return min(d, p.MaxDelay)
+}
+
 // Options configure a Store.
 type Options struct {
 	Retry  RetryPolicy
@@ -85,24 +115,15 @@ func Open(ctx context.Context, bucketURL string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lake: open %s: %w", bucketURL, err)
 	}
-	r := opts.Retry
-	if r.Attempts <= 0 {
-		r.Attempts = 6
-	}
-	if r.BaseDelay <= 0 {
-		r.BaseDelay = 50 * time.Millisecond
-	}
-	if r.MaxDelay <= 0 {
-		r.MaxDelay = 2 * time.Second
-	}
-	if r.OpTimeout <= 0 {
-		r.OpTimeout = 60 * time.Second
-	}
+	r := opts.Retry.withDefaults()
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	return &Store{bucket: b, url: bucketURL, retry: r, log: opts.Logger}, nil
 }
+
+// Retry is the store's retry policy.
+func (s *Store) Retry() RetryPolicy { return s.retry }
 
 // URL is the bucket URL the store was opened with.
 func (s *Store) URL() string { return s.url }
@@ -122,7 +143,6 @@ func permanent(err error) bool {
 
 // do runs one attempt-able operation with timeouts and backoff.
 func (s *Store) do(ctx context.Context, op, key string, attempt func(context.Context) error) error {
-	delay := s.retry.BaseDelay
 	var err error
 	for try := 1; ; try++ {
 		if s.retry.FaultCheck != nil {
@@ -144,12 +164,12 @@ func (s *Store) do(ctx context.Context, op, key string, attempt func(context.Con
 		}
 		s.log.Warn("lake: retrying", "op", op, "key", key, "attempt", try, "err", err)
 		// Full jitter keeps many writers from retrying in step.
+		delay := s.retry.Backoff(try)
 		select {
 		case <-time.After(time.Duration(rand.Int64N(int64(delay))) + delay/2):
 		case <-ctx.Done():
 			return fmt.Errorf("lake: %s %q: %w (last error: %v)", op, key, ctx.Err(), err)
 		}
-		delay = min(2*delay, s.retry.MaxDelay)
 	}
 	return fmt.Errorf("lake: %s %q in %s: %w", op, key, s.url, err)
 }

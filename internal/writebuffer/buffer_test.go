@@ -320,3 +320,72 @@ func TestSealWaitsForWhatWasSealed(t *testing.T) {
 		}
 	}
 }
+
+// gatedCatalog holds the registration of the second file until gate closes.
+type gatedCatalog struct {
+	*catalog.Catalog
+	n       atomic.Int32
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g *gatedCatalog) RegisterFile(ctx context.Context, f catalog.File) (*catalog.File, error) {
+	if g.n.Add(1) == 2 {
+		close(g.entered)
+		<-g.gate
+	}
+	return g.Catalog.RegisterFile(ctx, f)
+}
+
+// TestRegistrationRunsOutsideTheLock: while an appender waits for the
+// catalog to register its next file, the buffer's other work goes on:
+// views, stats, and flushing and combining the full file.
+func TestRegistrationRunsOutsideTheLock(t *testing.T) {
+	cat, err := catalog.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	tb, err := cat.CreateTable(context.Background(), "t", catalog.Schema{
+		Columns:    []catalog.Column{{Name: "id", Type: types.Of(types.Int64)}, {Name: "name", Type: types.Of(types.String), Nullable: true}},
+		PrimaryKey: []string{"id"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc := &gatedCatalog{Catalog: cat, entered: make(chan struct{}), gate: make(chan struct{})}
+	l := memLake(t)
+	b, err := New(Config{TableID: tb.ID, Columns: testCols, Catalog: gc, Lake: l,
+		BlockRows: 4, FileBlocks: 2, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	ctx := context.Background()
+	appended := make(chan error, 1)
+	go func() {
+		rows := make([][]any, 9) // one full file of 8 and a row for the next
+		for i := range rows {
+			rows[i] = []any{int64(i), "x"}
+		}
+		_, err := b.Append(ctx, 1, rows)
+		appended <- err
+	}()
+	<-gc.entered
+	flushCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := b.Flush(flushCtx); err != nil {
+		t.Fatalf("flush while a file registration waits: %v", err)
+	}
+	if st := b.Stats(); st.Combined != 1 {
+		t.Fatalf("the full file was not combined while the next registered: %+v", st)
+	}
+	b.View(b.VirtualFiles()...).Release()
+	close(gc.gate)
+	if err := <-appended; err != nil {
+		t.Fatal(err)
+	}
+	if st := b.Stats(); st.VirtualFiles != 1 {
+		t.Fatalf("after the registration: %+v", st)
+	}
+}

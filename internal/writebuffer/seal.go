@@ -48,7 +48,7 @@ func (s *Sealed) Wait(ctx context.Context) error {
 				pending++
 			}
 		}
-		closed, flushed := b.closed, b.flushed
+		closed, changed := b.closed, b.changed
 		b.mu.Unlock()
 		switch {
 		case pending == 0:
@@ -59,7 +59,7 @@ func (s *Sealed) Wait(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-flushed:
+		case <-changed:
 		}
 	}
 }

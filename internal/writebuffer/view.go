@@ -69,13 +69,13 @@ func (b *Buffer) View(ids ...uint64) *View {
 			}
 			fv.Blocks = append(fv.Blocks, bv)
 		}
-		if f == b.cur && b.activeRows > 0 {
+		if f == b.cur && b.build.rows > 0 {
 			if !cutDone {
-				b.cutActive()
+				b.build.cut()
 				cutDone = true
 			}
-			bv := BlockView{First: b.activeFirst, Rows: b.activeRows}
-			for _, s := range b.activeSegs {
+			bv := BlockView{First: b.build.first, Rows: b.build.rows}
+			for _, s := range b.build.segs {
 				s.Retain()
 				bv.Records = append(bv.Records, s)
 			}
@@ -84,17 +84,6 @@ func (b *Buffer) View(ids ...uint64) *View {
 		v.Files = append(v.Files, fv)
 	}
 	return v
-}
-
-// VirtualFiles lists the ids of files the buffer holds (not yet cleaned).
-func (b *Buffer) VirtualFiles() []uint64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	ids := make([]uint64, 0, len(b.files))
-	for id := range b.files {
-		ids = append(ids, id)
-	}
-	return ids
 }
 
 // Release lets go of the view's records and objects. It is idempotent.

@@ -1,0 +1,166 @@
+package writebuffer
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/failpoint"
+	"github.com/retinadb/retina/internal/lake"
+)
+
+// Combination: once a sealed file's blocks are all durable, one job reads
+// them back and writes the file's regular Parquet object under the same
+// file id, then marks the file regular in the catalog. The block objects
+// are deleted once no view holds the file. A combination the lake or the
+// catalog failed is tried again after the lake's backoff.
+
+// maybeCombine starts combination of a sealed file whose blocks are all
+// durable. Called with mu held.
+func (b *Buffer) maybeCombine(f *VirtualFile) {
+	if !f.sealed || f.combining || f.combined || f == b.cur && b.build.rows > 0 {
+		return
+	}
+	for _, blk := range f.blocks {
+		if blk.key == "" {
+			return
+		}
+	}
+	f.combining = true
+	keys := make([]string, len(f.blocks))
+	for i, blk := range f.blocks {
+		keys[i] = blk.key
+	}
+	b.bg.Go(func() { b.combine(f, keys) })
+}
+
+// combine runs one combination of f; on failure it schedules the next try.
+func (b *Buffer) combine(f *VirtualFile, keys []string) {
+	ctx := context.Background()
+	groups, err := CombineBlocks(ctx, b.cfg.Lake, b.schema, b.cfg.TableID, f.id, keys, int64(f.capacity))
+	if err == nil {
+		b.cfg.Failpoints.Hit(failpoint.CombineBeforeCatalog)
+		_, err = b.cfg.Catalog.SetFileState(ctx, f.id, catalog.Regular, groups)
+	}
+	if err == nil {
+		b.cfg.Failpoints.Hit(failpoint.CombineAfterCatalog)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err != nil {
+		f.combineFails++
+		b.stats.FlushErrors++
+		b.stats.LastFlushError = err.Error()
+		if b.closed {
+			f.combining = false
+			b.notify()
+			b.log.Warn("combination failed while closing; the file stays virtual", "file", f.id, "err", err)
+			return
+		}
+		delay := b.retry.Backoff(f.combineFails)
+		b.log.Warn("combination failed; will retry", "file", f.id, "attempt", f.combineFails, "retry_in", delay, "err", err)
+		time.AfterFunc(delay, func() {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if b.closed {
+				f.combining = false
+				b.notify()
+				return
+			}
+			b.bg.Go(func() { b.combine(f, keys) })
+		})
+		return
+	}
+	f.combining = false
+	f.combined = true
+	b.stats.Combined++
+	b.maybeClean(f)
+	b.notify()
+}
+
+// CombineBlocks writes block objects, in order, as one regular file with
+// row groups of up to groupRows rows under the file's regular key, and
+// returns its row groups. The blocks stay; the caller deletes them once the
+// catalog names the regular file.
+func CombineBlocks(ctx context.Context, l Lake, schema *arrow.Schema, table uint32, file uint64, keys []string, groupRows int64) ([]lake.RowGroupMeta, error) {
+	blocks := make([][]byte, len(keys))
+	size := 0
+	for i, key := range keys {
+		data, err := l.Get(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		blocks[i] = data
+		size += len(data)
+	}
+	var buf bytes.Buffer
+	buf.Grow(size) // zstd output is smaller than the snappy blocks
+	w, err := lake.NewFileWriter(&buf, schema, lake.WriterOptions{RowGroupRows: groupRows})
+	if err != nil {
+		return nil, err
+	}
+	for i, key := range keys {
+		if err := copyBlock(ctx, w, key, blocks[i]); err != nil {
+			return nil, err
+		}
+	}
+	groups, err := w.Close()
+	if err != nil {
+		return nil, err
+	}
+	if err := l.Put(ctx, RegularKey(table, file), buf.Bytes()); err != nil {
+		return nil, err
+	}
+	return groups, nil
+}
+
+// copyBlock appends every row of one block object to w.
+func copyBlock(ctx context.Context, w *lake.FileWriter, key string, data []byte) error {
+	pf, err := lake.OpenFile(bytes.NewReader(data), nil)
+	if err != nil {
+		return fmt.Errorf("block %s: %w", key, err)
+	}
+	defer pf.Close()
+	all := make([]int, pf.Schema().NumFields())
+	for i := range all {
+		all[i] = i
+	}
+	for g := range pf.RowGroups() {
+		rec, err := pf.ReadRowGroup(ctx, g, all, true)
+		if err != nil {
+			return fmt.Errorf("block %s: %w", key, err)
+		}
+		err = w.Write(rec)
+		rec.Release()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maybeClean deletes a combined file's small objects once no view holds
+// them. Called with mu held.
+func (b *Buffer) maybeClean(f *VirtualFile) {
+	if !f.combined || f.readers > 0 || f.cleaned {
+		return
+	}
+	f.cleaned = true
+	delete(b.files, f.id)
+	keys := make([]string, 0, len(f.blocks))
+	for _, blk := range f.blocks {
+		keys = append(keys, blk.key)
+	}
+	f.blocks = nil
+	b.bg.Go(func() {
+		for _, k := range keys {
+			if err := b.cfg.Lake.Delete(context.Background(), k); err != nil {
+				b.log.Warn("deleting a combined block failed; the object is orphaned", "key", k, "err", err)
+			}
+		}
+	})
+}
