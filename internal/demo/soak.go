@@ -65,6 +65,8 @@ type SoakSample struct {
 	GCRewrites      uint64  `json:"gc_rewrites"`
 	GCDropped       uint64  `json:"gc_versions_dropped"`
 	Files           int     `json:"files"`
+	// ByTable splits the stored and stale versions by table.
+	ByTable map[string]server.TableVersions `json:"by_table"`
 }
 
 // SoakResult is the run's samples and figures.
@@ -358,6 +360,7 @@ func sampleSoak(ctx context.Context, p *pipeline, pr *probes, window time.Durati
 		return s, err
 	}
 	s.LakeBytes, s.LiveBytes, s.Versions, s.LiveVersions = st.LakeBytes, st.LiveBytes, st.Versions, st.Versions-st.Stale
+	s.ByTable = st.ByTable
 	if st.Versions > 0 {
 		s.StaleShare = round3(float64(st.Stale) / float64(st.Versions))
 	}

@@ -20,11 +20,19 @@ type Storage struct {
 	// scan reads and filters out.
 	Versions, Stale int64
 	Files           int
+	// ByTable splits Versions and Stale by table name.
+	ByTable map[string]TableVersions
+}
+
+// TableVersions are one table's stored and stale row versions.
+type TableVersions struct {
+	Versions int64 `json:"versions"`
+	Stale    int64 `json:"stale"`
 }
 
 // Storage measures the lake and the live files at snapshot at.
 func (n *Node) Storage(ctx context.Context, at uint64) (Storage, error) {
-	var st Storage
+	st := Storage{ByTable: map[string]TableVersions{}}
 	objects, err := n.Lake.List(ctx, "")
 	if err != nil {
 		return st, fmt.Errorf("server: list the lake: %w", err)
@@ -49,6 +57,7 @@ func (n *Node) Storage(ctx context.Context, at uint64) (Storage, error) {
 		return countBits(bm, bit, rows), nil
 	}
 	for _, t := range snap.Tables() {
+		before := [2]int64{st.Versions, st.Stale}
 		for _, f := range snap.LiveFiles(t.ID) {
 			st.Files++
 			var vis *visibility.RowGroup
@@ -92,6 +101,7 @@ func (n *Node) Storage(ctx context.Context, at uint64) (Storage, error) {
 			}
 			view.Release()
 		}
+		st.ByTable[t.Name] = TableVersions{Versions: st.Versions - before[0], Stale: st.Stale - before[1]}
 	}
 	return st, nil
 }

@@ -126,7 +126,7 @@ func (n *Node) sealStaleFilling(ctx context.Context) error {
 	for _, rp := range n.Replayers {
 		for _, b := range rp.Buffers() {
 			id, rows, ok := b.Filling()
-			if !ok || !bigEnoughToSeal(int64(rows), capacity) {
+			if !ok || int64(rows) < mostlyStaleMinRows(capacity) {
 				continue
 			}
 			vis, ok := rp.FileVisibility(id)
@@ -138,7 +138,7 @@ func (n *Node) sealStaleFilling(ctx context.Context) error {
 				return fmt.Errorf("file %d: %w", id, err)
 			}
 			buf = bm
-			if stale := countBits(bm, bit, rows); staleEnough(int64(rows), stale, n.Config.StorageGC.StaleShare) && b.SealFile(id) {
+			if stale := countBits(bm, bit, rows); sealEarly(int64(rows), stale, capacity, n.Config.StorageGC.StaleShare) && b.SealFile(id) {
 				n.gc.stats.EarlySeals.Add(1)
 				n.log.Debug("storage GC sealed a stale virtual file early", "file", id, "rows", rows, "stale", stale)
 			}
@@ -147,10 +147,28 @@ func (n *Node) sealStaleFilling(ctx context.Context) error {
 	return nil
 }
 
-// bigEnoughToSeal says a virtual file of rows may be sealed early: a
-// sixteenth of a file at least, so early seals do not flood the lake with
-// small files (combining them costs a rewrite each).
-func bigEnoughToSeal(rows, capacity int64) bool { return rows > 0 && rows >= capacity/16 }
+// sealEarly is the policy for a virtual file still filling: seal it once a
+// sixteenth of a file at least holds the rewrite threshold's share of stale
+// versions, or earlier, from two blocks on, once it is mostly stale (a
+// small table churning through inserts and deletes would otherwise fill a
+// sixteenth of a file with versions many times its live rows). Smaller
+// files would flood the lake with objects, each costing a rewrite.
+func sealEarly(rows, stale, capacity int64, share float64) bool {
+	switch {
+	case rows >= capacity/16:
+		return staleEnough(rows, stale, share)
+	case rows >= mostlyStaleMinRows(capacity):
+		return staleEnough(rows, stale, max(share, mostlyStale))
+	}
+	return false
+}
+
+// mostlyStale is the stale share that seals a small filling file.
+const mostlyStale = 0.8
+
+// mostlyStaleMinRows is the smallest filling file sealEarly seals: two
+// blocks of the default shape (an eighth of a sixteenth of a file).
+func mostlyStaleMinRows(capacity int64) int64 { return max(1, capacity/64) }
 
 // staleEnough says stale of rows versions reach the rewrite threshold.
 func staleEnough(rows, stale int64, share float64) bool {

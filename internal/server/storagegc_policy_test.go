@@ -30,3 +30,23 @@ func TestChooseRewrite(t *testing.T) {
 		}
 	}
 }
+
+func TestSealEarly(t *testing.T) {
+	const capacity = 1 << 20 // a sixteenth is 65536 rows, two blocks 16384
+	for _, c := range []struct {
+		name        string
+		rows, stale int64
+		want        bool
+	}{
+		{"small and half stale waits", 20_000, 10_000, false},
+		{"small and mostly stale goes", 20_000, 16_000, true},
+		{"tiny and all stale waits", 16_000, 16_000, false},
+		{"a sixteenth half stale goes", 65_536, 32_768, true},
+		{"a sixteenth mostly live waits", 65_536, 30_000, false},
+		{"nothing", 0, 0, false},
+	} {
+		if got := sealEarly(c.rows, c.stale, capacity, 0.5); got != c.want {
+			t.Errorf("%s: %d rows, %d stale: got %v", c.name, c.rows, c.stale, got)
+		}
+	}
+}
