@@ -60,6 +60,9 @@ func (v *readView) DeletedRange(file uint64, vis *visibility.RowGroup, offset, r
 		if !ok {
 			return nil, 0, fmt.Errorf("query: file %d is not in the checkpointed snapshot %d", file, v.ts)
 		}
+		if bm == nil { // no row of the file is visible at the snapshot
+			return allDeleted(buf, rows), 0, nil
+		}
 		// A copy: the caller reuses what it gets as its next buffer.
 		lo, hi := offset/64, min((offset+rows+63)/64, len(bm))
 		return append(buf[:0], bm[lo:hi]...), offset % 64, nil
@@ -172,7 +175,11 @@ func (e *Engine) freeze(ctx context.Context, v *readView) (bool, error) {
 		for _, f := range snap.Files(t.ID) {
 			vis, err := e.cfg.Scanner.Visibility(f)
 			if err != nil {
-				continue // nobody can read the file any more
+				// Its owner does not hold it (yet): a virtual file gets its
+				// visibility before its first row, so it had no row then,
+				// and every row it gets later is newer than the snapshot.
+				fs.deleted[f.ID] = nil
+				continue
 			}
 			bm, bit, err := vis.BitmapRange(v.ts, 0, vis.Rows(), nil)
 			if err != nil {
@@ -208,4 +215,13 @@ func (e *Engine) OldestFrozen() (uint64, bool) {
 		}
 	}
 	return oldest, found
+}
+
+// allDeleted is a bitmap of rows set bits in buf.
+func allDeleted(buf []uint64, rows int) []uint64 {
+	buf = buf[:0]
+	for n := rows; n > 0; n -= 64 {
+		buf = append(buf, ^uint64(0))
+	}
+	return buf
 }

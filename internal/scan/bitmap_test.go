@@ -55,3 +55,57 @@ func TestSmallScanBuildsASmallBitmap(t *testing.T) {
 		t.Fatalf("a scan of 10 rows allocated %d KiB: it built more than the bitmap of the rows it read", alloc>>10)
 	}
 }
+
+// TestDeadBlocksAndGroupsAreNotRead: blocks and row groups whose versions
+// are all deleted at the snapshot (a table that purges its oldest rows)
+// are skipped unread, in write-buffer files and in combined ones.
+func TestDeadBlocksAndGroupsAreNotRead(t *testing.T) {
+	n := servertest.OpenNodeWith(t, 16, 64) // blocks of 16 rows; combined groups of 256
+	tb := servertest.CreateTable(t, n, "history", []catalog.Column{{Name: "id", Type: types.Of(types.Int64)}}, "id")
+	var ops []replay.Op
+	for i := range 1024 {
+		ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{int64(i)}})
+	}
+	servertest.Apply(t, n, ops...)
+	ops = ops[:0]
+	for i := range 1024 {
+		ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Delete, Key: []any{int64(i)}})
+	}
+	servertest.Apply(t, n, ops...)
+	ops = ops[:0]
+	for i := 1024; i < 1536; i++ {
+		ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{int64(i)}})
+	}
+	servertest.Apply(t, n, ops...)
+	ctx := context.Background()
+	scanAll := func() (int64, scan.Stats) {
+		w, err := n.Txn.Watermarks(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := scan.Request{Table: tb, Files: n.Catalog.Snapshot().LiveFiles(tb.ID), Snapshot: w.HWM - 1, Columns: []int{0}}
+		var rows int64
+		st, err := n.Scanner.Scan(ctx, req, func(rec arrow.RecordBatch) error {
+			rows += rec.NumRows()
+			rec.Release()
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows, st
+	}
+	rows, st := scanAll()
+	if rows != 512 || st.DeadSkipped < 32 || st.RowsRead > 1024 {
+		t.Fatalf("write-buffer files: %d rows out, %d read, %d dead blocks skipped; want 512 out, at most 1024 read, 32 skipped or more", rows, st.RowsRead, st.DeadSkipped)
+	}
+	for _, rp := range n.Replayers {
+		if err := rp.Finish(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, st = scanAll()
+	if rows != 512 || st.DeadSkipped < 2 {
+		t.Fatalf("combined files: %d rows out, %d dead row groups skipped; want 512 and 2 or more", rows, st.DeadSkipped)
+	}
+}

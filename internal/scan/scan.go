@@ -74,7 +74,10 @@ type DeletedReader interface {
 // Stats count what a scan did.
 type Stats struct {
 	Splits, SkippedSplits int
-	RowsRead, RowsOut     int64
+	// DeadSkipped counts row groups and blocks not read because every
+	// version in them is deleted at the snapshot.
+	DeadSkipped       int
+	RowsRead, RowsOut int64
 }
 
 // Split is one unit of scan work: a row group of a regular file, or a
@@ -263,13 +266,17 @@ func (sc *Scanner) scanRowGroups(ctx context.Context, req Request, pf *lake.File
 			offset += rows
 			continue
 		}
-		rec, err := pf.ReadRowGroup(ctx, g, req.Columns, true)
+		deleted, err := del.at(offset, rows)
 		if err != nil {
 			return err
 		}
-		deleted, err := del.at(offset, rows)
+		if allSet(deleted, rows) { // every version deleted: nothing to read
+			st.DeadSkipped++
+			offset += rows
+			continue
+		}
+		rec, err := pf.ReadRowGroup(ctx, g, req.Columns, true)
 		if err != nil {
-			rec.Release()
 			return err
 		}
 		err = sc.filterEmit(ctx, rec, deleted, req.Snapshot < meta.MaxCreateTS, req.Snapshot, st, emit)
@@ -305,6 +312,12 @@ func (sc *Scanner) scanVirtual(ctx context.Context, req Request, f *catalog.File
 		return err
 	}
 	for _, b := range fv.Blocks {
+		if dead, err := del.at(int(b.First), b.Rows); err != nil {
+			return err
+		} else if allSet(dead, b.Rows) { // every version deleted: nothing to read
+			st.DeadSkipped++
+			continue
+		}
 		if b.Records == nil {
 			if err := sc.scanBlockObject(ctx, req, b, del, st, emit); err != nil {
 				return err
@@ -401,6 +414,24 @@ func (sc *Scanner) materialize(ctx context.Context, emit func(arrow.RecordBatch)
 
 // bitsAt returns the n bits of bm starting at bit off, as words from bit 0.
 // A nil bm (no visibility) stays nil.
+// allSet says bits [0, n) of bm are all set (nil: none are).
+func allSet(bm []uint64, n int) bool {
+	if bm == nil || n <= 0 {
+		return false
+	}
+	full := n / 64
+	for _, w := range bm[:full] {
+		if w != ^uint64(0) {
+			return false
+		}
+	}
+	if r := n % 64; r != 0 {
+		mask := uint64(1)<<r - 1
+		return bm[full]&mask == mask
+	}
+	return true
+}
+
 func bitsAt(bm []uint64, off, n int) []uint64 {
 	if bm == nil {
 		return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/mirror"
 	"github.com/retinadb/retina/internal/replay"
+	"github.com/retinadb/retina/internal/visibility"
 )
 
 // Storage GC, the node's part: a loop rewrites the files whose versions
@@ -134,6 +135,9 @@ func (n *Node) sealStaleFilling(ctx context.Context) error {
 				continue
 			}
 			bm, bit, err := vis.BitmapRange(at, 0, rows, buf)
+			if errors.Is(err, visibility.ErrSnapshotTooOld) {
+				continue // folded past the bound read a moment ago: next round
+			}
 			if err != nil {
 				return fmt.Errorf("file %d: %w", id, err)
 			}
@@ -313,6 +317,11 @@ func (n *Node) pickRewrite(at uint64) (*catalog.Table, *replay.Replayer, []*cata
 				continue
 			}
 			bm, bit, err := vis.BitmapRange(at, 0, rows, buf)
+			if errors.Is(err, visibility.ErrSnapshotTooOld) {
+				// Memory GC folded it past this round's bound, read a
+				// moment before: the next round looks at it again.
+				continue
+			}
 			if err != nil {
 				return nil, nil, nil, fmt.Errorf("file %d of %s: %w", f.ID, t.Name, err)
 			}

@@ -41,7 +41,7 @@ func (b *Buffer) maybeCombine(f *VirtualFile) {
 // combine runs one combination of f; on failure it schedules the next try.
 func (b *Buffer) combine(f *VirtualFile, keys []string) {
 	ctx := context.Background()
-	groups, err := CombineBlocks(ctx, b.cfg.Lake, b.schema, b.cfg.TableID, f.id, keys, int64(f.capacity))
+	groups, err := CombineBlocks(ctx, b.cfg.Lake, b.schema, b.cfg.TableID, f.id, keys, CombinedGroupRows(b.cfg.BlockRows))
 	if err == nil {
 		b.cfg.Failpoints.Hit(failpoint.CombineBeforeCatalog)
 		_, err = b.cfg.Catalog.SetFileState(ctx, f.id, catalog.Regular, groups)
@@ -81,6 +81,12 @@ func (b *Buffer) combine(f *VirtualFile, keys []string) {
 	b.maybeClean(f)
 	b.notify()
 }
+
+// CombinedGroupRows is the row-group size of combined files: sixteen blocks
+// (128Ki rows by default), small enough that a scan skips a group whose
+// versions are all deleted (the oldest rows of a table that purges its
+// history) and prunes by statistics, large enough to read fast.
+func CombinedGroupRows(blockRows int) int64 { return int64(max(blockRows, 1)) * 16 }
 
 // CombineBlocks writes block objects, in order, as one regular file with
 // row groups of up to groupRows rows under the file's regular key, and

@@ -65,24 +65,17 @@ func (b *Buffer) nextFile(ctx context.Context) error {
 		b.maybeCombine(b.cur)
 	}
 	b.cur = f
-	b.files[f.id] = f
 	b.build.startFile()
 	return nil
 }
 
 // registerFile registers the next virtual file in the catalog and hands it
-// to OnNewFile, before its first row.
+// to OnNewFile, before its first row. The buffer knows the file before the
+// catalog names it: a scan planned in between finds it empty, not missing.
 func (b *Buffer) registerFile(ctx context.Context) (*VirtualFile, error) {
 	id, err := b.cfg.Catalog.AllocateFileIDs(ctx, 1)
 	if err != nil {
 		return nil, fmt.Errorf("writebuffer: allocate file id: %w", err)
-	}
-	_, err = b.cfg.Catalog.RegisterFile(ctx, catalog.File{
-		ID: id, TableID: b.cfg.TableID, Key: RegularKey(b.cfg.TableID, id),
-		State: catalog.Virtual, Replayer: b.cfg.Replayer,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("writebuffer: register virtual file %d: %w", id, err)
 	}
 	capacity := b.cfg.BlockRows * b.cfg.FileBlocks
 	vis, err := visibility.NewRowGroup(capacity, visibility.WithTileSize(b.cfg.TileSize))
@@ -90,8 +83,25 @@ func (b *Buffer) registerFile(ctx context.Context) (*VirtualFile, error) {
 		return nil, err
 	}
 	f := &VirtualFile{id: id, capacity: capacity, vis: vis}
+	b.mu.Lock()
+	b.files[id] = f
+	b.mu.Unlock()
+	forget := func() {
+		b.mu.Lock()
+		delete(b.files, id)
+		b.mu.Unlock()
+	}
+	_, err = b.cfg.Catalog.RegisterFile(ctx, catalog.File{
+		ID: id, TableID: b.cfg.TableID, Key: RegularKey(b.cfg.TableID, id),
+		State: catalog.Virtual, Replayer: b.cfg.Replayer,
+	})
+	if err != nil {
+		forget()
+		return nil, fmt.Errorf("writebuffer: register virtual file %d: %w", id, err)
+	}
 	if b.cfg.OnNewFile != nil {
 		if err := b.cfg.OnNewFile(f); err != nil {
+			forget()
 			return nil, fmt.Errorf("writebuffer: new file %d: %w", id, err)
 		}
 	}
