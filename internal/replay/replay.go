@@ -14,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -373,11 +375,7 @@ func (r *Replayer) BufferStats() writebuffer.Stats {
 func (r *Replayer) Files() []uint64 {
 	r.filesMu.RLock()
 	defer r.filesMu.RUnlock()
-	ids := make([]uint64, 0, len(r.files))
-	for id := range r.files {
-		ids = append(ids, id)
-	}
-	return ids
+	return slices.Collect(maps.Keys(r.files))
 }
 
 // Close flushes and stops every table's buffer.

@@ -32,15 +32,8 @@ func TestSmallScanBuildsASmallBitmap(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := scan.Request{Table: tb, Files: n.Catalog.Snapshot().LiveFiles(tb.ID), Snapshot: w.HWM - 1, Columns: []int{0}}
-	scanOnce := func() (rows int64) {
-		_, err := n.Scanner.Scan(ctx, req, func(rec arrow.RecordBatch) error {
-			rows += rec.NumRows()
-			rec.Release()
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+	scanOnce := func() int64 {
+		rows, _ := scanRows(t, n.Scanner, req)
 		return rows
 	}
 	scanOnce() // warm up what a first scan sets up once
@@ -84,16 +77,7 @@ func TestDeadBlocksAndGroupsAreNotRead(t *testing.T) {
 			t.Fatal(err)
 		}
 		req := scan.Request{Table: tb, Files: n.Catalog.Snapshot().LiveFiles(tb.ID), Snapshot: w.HWM - 1, Columns: []int{0}}
-		var rows int64
-		st, err := n.Scanner.Scan(ctx, req, func(rec arrow.RecordBatch) error {
-			rows += rec.NumRows()
-			rec.Release()
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rows, st
+		return scanRows(t, n.Scanner, req)
 	}
 	rows, st := scanAll()
 	if rows != 512 || st.DeadSkipped < 32 || st.RowsRead > 1024 {
@@ -108,4 +92,19 @@ func TestDeadBlocksAndGroupsAreNotRead(t *testing.T) {
 	if rows != 512 || st.DeadSkipped < 2 {
 		t.Fatalf("combined files: %d rows out, %d dead row groups skipped; want 512 and 2 or more", rows, st.DeadSkipped)
 	}
+}
+
+// scanRows runs a scan and counts the rows it emits.
+func scanRows(t *testing.T, sc *scan.Scanner, req scan.Request) (int64, scan.Stats) {
+	t.Helper()
+	var rows int64
+	st, err := sc.Scan(context.Background(), req, func(rec arrow.RecordBatch) error {
+		rows += rec.NumRows()
+		rec.Release()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows, st
 }

@@ -56,15 +56,7 @@ func TestVisibilityCheckpointFreesLWM(t *testing.T) {
 				t.Fatalf("held read after GC: %d rows, want %d", len(got), len(atHeld))
 			}
 
-			if err := n.StorageGCRound(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if err := checkpointNow(n); err != nil {
-				t.Fatal(err)
-			}
-			if _, retired, rewritten := gcFiles(n, w.tb.ID); retired != 1 || rewritten != 1 {
-				t.Fatalf("after the switch: %d retired, %d rewritten files, want 1 and 1", retired, rewritten)
-			}
+			rewriteAndSwitch(t, n, w.tb.ID)
 			w.update(t, 201) // LWM passes the switch
 			if err := n.StorageGCRound(ctx); err != nil {
 				t.Fatal(err)
@@ -79,18 +71,13 @@ func TestVisibilityCheckpointFreesLWM(t *testing.T) {
 				t.Fatalf("a new read: %d rows, want %d", len(got), len(w.state))
 			}
 
-			res, err := held.sess.Run(ctx, "COMMIT")
-			if err != nil {
-				t.Fatal(err)
-			}
-			res.Close()
+			held.end(t)
 			if err := n.StorageGCRound(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := n.Lake.Size(ctx, first.Key); err == nil {
 				t.Fatal("the replaced file stayed after the reader ended")
 			}
-			held.sess.Close()
 		})
 	}
 }

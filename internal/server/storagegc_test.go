@@ -67,6 +67,32 @@ func openRead(n *server.Node) (heldRead, error) {
 	return heldRead{sess}, nil
 }
 
+// end commits the transaction and closes the session.
+func (h heldRead) end(t *testing.T) {
+	t.Helper()
+	res, err := h.sess.Run(context.Background(), "COMMIT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Close()
+	h.sess.Close()
+}
+
+// rewriteAndSwitch runs a storage GC round and a checkpoint, and checks
+// that they replaced one file of table by one rewritten file.
+func rewriteAndSwitch(t *testing.T, n *server.Node, table uint32) {
+	t.Helper()
+	if err := n.StorageGCRound(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkpointNow(n); err != nil {
+		t.Fatal(err)
+	}
+	if _, retired, rewritten := gcFiles(n, table); retired != 1 || rewritten != 1 {
+		t.Fatalf("after the switch: %d retired, %d rewritten files, want 1 and 1", retired, rewritten)
+	}
+}
+
 func (h heldRead) rows(t *testing.T) map[int64]int64 {
 	t.Helper()
 	out, err := h.read()
@@ -193,12 +219,7 @@ func TestStorageGCRewritesWithoutChangingAnyAnswer(t *testing.T) {
 			if _, err := n.Lake.Size(ctx, first.Key); err != nil {
 				t.Fatalf("the old file went while a query could read it: %v", err)
 			}
-			res, err := held.sess.Run(ctx, "COMMIT")
-			if err != nil {
-				t.Fatal(err)
-			}
-			res.Close()
-			held.sess.Close()
+			held.end(t)
 			w.update(t, 40) // HWM, and with it LWM, moves past the switch
 			if err := n.StorageGCRound(ctx); err != nil {
 				t.Fatal(err)
@@ -467,15 +488,7 @@ func TestStorageGCSealsAStaleFillingFile(t *testing.T) {
 	if got := rows(t, n); !maps.Equal(got, w.state) {
 		t.Fatalf("after the early seal: %d rows, want %d", len(got), len(w.state))
 	}
-	if err := n.StorageGCRound(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := checkpointNow(n); err != nil {
-		t.Fatal(err)
-	}
-	if _, retired, rewritten := gcFiles(n, w.tb.ID); retired != 1 || rewritten != 1 {
-		t.Fatalf("after the rewrite: %d retired, %d rewritten files, want 1 and 1", retired, rewritten)
-	}
+	rewriteAndSwitch(t, n, w.tb.ID)
 	if got := rows(t, n); !maps.Equal(got, w.state) {
 		t.Fatalf("after the rewrite: %d rows, want %d", len(got), len(w.state))
 	}

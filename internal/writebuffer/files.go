@@ -3,6 +3,8 @@ package writebuffer
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/visibility"
@@ -148,11 +150,7 @@ func (b *Buffer) SealFile(id uint64) bool {
 func (b *Buffer) VirtualFiles() []uint64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	ids := make([]uint64, 0, len(b.files))
-	for id := range b.files {
-		ids = append(ids, id)
-	}
-	return ids
+	return slices.Collect(maps.Keys(b.files))
 }
 
 // Finish seals the file receiving rows even if it is not full, and waits
