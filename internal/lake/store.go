@@ -271,6 +271,11 @@ func (s *Store) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
+			if gcerrors.Code(err) == gcerrors.NotFound {
+				// An object went between the walk and its stat (a local
+				// upload renames its temporary file): list again.
+				return fmt.Errorf("an object vanished during the listing: %s", err.Error())
+			}
 			if err != nil {
 				return err
 			}
