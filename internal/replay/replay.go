@@ -117,6 +117,8 @@ type Config struct {
 	Lake    writebuffer.Lake
 	// Write-buffer shape for every table (see writebuffer.Config).
 	BlockRows, FileBlocks, FlushWorkers int
+	// BlockCache keeps flushed blocks decoded for scans (nil: none).
+	BlockCache *writebuffer.BlockCache
 	// Failpoints reach into flushes and combinations (crash tests).
 	Failpoints *failpoint.Set
 	Logger     *slog.Logger
@@ -219,7 +221,7 @@ func (r *Replayer) table(id uint32) (*tableState, error) {
 		TableID: id, Columns: st.cols, Replayer: r.cfg.ID,
 		Catalog: r.cfg.Catalog, Lake: r.cfg.Lake,
 		BlockRows: r.cfg.BlockRows, FileBlocks: r.cfg.FileBlocks, FlushWorkers: r.cfg.FlushWorkers,
-		OnNewFile: r.registerFile, Failpoints: r.cfg.Failpoints,
+		OnNewFile: r.registerFile, Failpoints: r.cfg.Failpoints, Cache: r.cfg.BlockCache,
 		Logger: r.cfg.Logger,
 	})
 	if err != nil {

@@ -60,6 +60,9 @@ type Config struct {
 	// into one Parquet object once full.
 	BlockRows  int `yaml:"block_rows"`
 	FileBlocks int `yaml:"file_blocks"`
+	// BlockCacheMiB bounds the flushed write-buffer blocks kept decoded in
+	// memory for scans (default 128; 0 turns the cache off).
+	BlockCacheMiB int `yaml:"block_cache_mib"`
 	// Tables declared up front (for sources whose messages carry no schema).
 	Tables []TableDecl `yaml:"tables"`
 }
@@ -85,7 +88,7 @@ func DefaultConfig() Config {
 		LogFormat: "text", IndexBackend: "memory", Replayers: 2, Buckets: 16, BadInput: "fail", DecimalHandling: "precise",
 		CheckpointInterval: 5 * time.Second, IndexPurgeInterval: time.Minute,
 		IdleInTransactionTimeout: 10 * time.Minute, VisibilityCheckpointAfter: 30 * time.Second,
-		StorageGCInterval: 2 * time.Second, StorageGCStaleShare: 0.5,
+		StorageGCInterval: 2 * time.Second, StorageGCStaleShare: 0.5, BlockCacheMiB: 128,
 	}
 }
 
@@ -167,6 +170,9 @@ func (c *Config) Validate() error {
 	}
 	if c.IdleInTransactionTimeout < 0 || c.IdleInTransactionTimeout > math.MaxInt32*time.Millisecond {
 		return fmt.Errorf("config: idle_in_transaction_session_timeout %s: want 0 (no limit) up to %s", c.IdleInTransactionTimeout, math.MaxInt32*time.Millisecond)
+	}
+	if c.BlockCacheMiB < 0 {
+		return fmt.Errorf("config: block_cache_mib %d: want 0 (off) or a size in MiB", c.BlockCacheMiB)
 	}
 	if c.VisibilityCheckpointAfter < 0 {
 		return fmt.Errorf("config: visibility_checkpoint_after %s: want 0 (never) or a positive age", c.VisibilityCheckpointAfter)

@@ -88,6 +88,18 @@ func (s *Server) registerMetrics(reg *prometheus.Registry) {
 	counter("storage_gc_early_seals_total", "Virtual files sealed before they were full because their versions went stale while they filled.", func() float64 { return float64(gc.EarlySeals.Load()) })
 	counter("storage_gc_errors_total", "Storage GC rounds that failed (the next one tries again).", func() float64 { return float64(gc.Errors.Load()) })
 
+	cacheStats := func(f func(writebuffer.CacheStats) float64) func() float64 {
+		return func() float64 {
+			if s.Node.BlockCache == nil {
+				return 0
+			}
+			return f(s.Node.BlockCache.Stats())
+		}
+	}
+	gauge("block_cache_bytes", "Flushed write-buffer blocks kept decoded in memory for scans.", cacheStats(func(st writebuffer.CacheStats) float64 { return float64(st.Bytes) }))
+	counter("block_cache_hits_total", "Flushed blocks a scan read from the block cache.", cacheStats(func(st writebuffer.CacheStats) float64 { return float64(st.Hits) }))
+	counter("block_cache_misses_total", "Flushed blocks a scan read from the lake (evicted or never cached).", cacheStats(func(st writebuffer.CacheStats) float64 { return float64(st.Misses) }))
+
 	readers := s.Node.Readers()
 	counter("visibility_checkpoints_total", "Long-running queries and read transactions whose visibility was checkpointed so they stopped holding LWM.", func() float64 { return float64(readers.Checkpoints.Load()) })
 	counter("visibility_checkpoint_errors_total", "Visibility checkpoints that failed (retried).", func() float64 { return float64(readers.Errors.Load()) })

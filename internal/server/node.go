@@ -27,6 +27,7 @@ import (
 	"github.com/retinadb/retina/internal/scan"
 	"github.com/retinadb/retina/internal/txn"
 	"github.com/retinadb/retina/internal/visibility"
+	"github.com/retinadb/retina/internal/writebuffer"
 )
 
 // NodeConfig chooses where state lives and how components are tuned.
@@ -39,6 +40,9 @@ type NodeConfig struct {
 	BlockRows    int    // write-buffer block size (default 8192)
 	FileBlocks   int    // blocks per virtual file (default 128)
 	QueryThreads int    // DuckDB threads (default GOMAXPROCS)
+	// BlockCacheBytes bounds the flushed write-buffer blocks kept decoded
+	// for scans (default 128 MiB; negative: no cache).
+	BlockCacheBytes int64
 	// IdleInTransactionTimeout is the SQL sessions' default
 	// idle_in_transaction_session_timeout (0: no limit).
 	IdleInTransactionTimeout time.Duration
@@ -66,6 +70,8 @@ type Node struct {
 	Replayers []*replay.Replayer
 	Scanner   *scan.Scanner
 	Engine    *query.Engine
+	// BlockCache keeps flushed write-buffer blocks decoded (nil: off).
+	BlockCache *writebuffer.BlockCache
 	// Recovery says what the start restored.
 	Recovery Recovery
 	log      *slog.Logger
@@ -110,6 +116,9 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	}
 	if cfg.FileBlocks <= 0 {
 		cfg.FileBlocks = 128
+	}
+	if cfg.BlockCacheBytes == 0 {
+		cfg.BlockCacheBytes = 128 << 20
 	}
 	cfg.StorageGC.defaults()
 	if cfg.Logger == nil {
@@ -172,9 +181,12 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	if n.Txn, err = txn.NewLocal(ctx, n.TxnStore, txn.Options{Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
+	if cfg.BlockCacheBytes > 0 {
+		n.BlockCache = writebuffer.NewBlockCache(cfg.BlockCacheBytes)
+	}
 	for id := range cfg.Replayers {
 		rp, err := replay.New(replay.Config{ID: uint32(id), Catalog: n.Catalog, Index: n.Index, Lake: n.Lake,
-			BlockRows: cfg.BlockRows, FileBlocks: cfg.FileBlocks, Failpoints: cfg.Failpoints, Logger: cfg.Logger})
+			BlockRows: cfg.BlockRows, FileBlocks: cfg.FileBlocks, BlockCache: n.BlockCache, Failpoints: cfg.Failpoints, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}

@@ -56,6 +56,9 @@ type Config struct {
 	// (without the buffer's lock; appends wait for it): register its row-id
 	// range and visibility.
 	OnNewFile func(*VirtualFile) error
+	// Cache, when set, keeps flushed blocks decoded in memory for scans
+	// (shared by a node's buffers).
+	Cache *BlockCache
 	// TileSize of the files' visibility (default visibility.DefaultTileSize).
 	TileSize int
 	// Failpoints, when set, can stop the process inside a flush or a

@@ -389,3 +389,84 @@ func TestRegistrationRunsOutsideTheLock(t *testing.T) {
 		t.Fatalf("after the registration: %+v", st)
 	}
 }
+
+// TestFlushedBlocksStayInTheCache: views of flushed blocks get their
+// records from the block cache while it holds them, the blocks flushed
+// longest ago go first when it is over its budget, and a combined file's
+// blocks leave it.
+func TestFlushedBlocksStayInTheCache(t *testing.T) {
+	cat, err := catalog.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	tb, err := cat.CreateTable(context.Background(), "t", catalog.Schema{
+		Columns:    []catalog.Column{{Name: "id", Type: types.Of(types.Int64)}, {Name: "name", Type: types.Of(types.String), Nullable: true}},
+		PrimaryKey: []string{"id"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := memLake(t)
+	newBuf := func(cache *BlockCache) *Buffer {
+		b, err := New(Config{TableID: tb.ID, Columns: testCols, Catalog: cat, Lake: l, Cache: cache,
+			BlockRows: 16, FileBlocks: 4, FlushWorkers: 1, Logger: slog.New(slog.DiscardHandler)}) // one worker: blocks flush in order
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close(context.Background()) })
+		return b
+	}
+	ctx := context.Background()
+	appendBlocks := func(b *Buffer, n int) {
+		for i := range n * 16 {
+			if _, err := b.Append(ctx, uint64(i+1), [][]any{{int64(i), "x"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inMemory := func(b *Buffer) (cached []uint32) {
+		v := b.View(b.VirtualFiles()...)
+		defer v.Release()
+		for _, fv := range v.Files {
+			for _, bv := range fv.Blocks {
+				if bv.Key == "" {
+					t.Fatalf("block %d is not durable after Flush", bv.First)
+				}
+				if bv.Records != nil {
+					cached = append(cached, bv.First)
+				}
+			}
+		}
+		return cached
+	}
+
+	all := NewBlockCache(1 << 30)
+	b := newBuf(all)
+	appendBlocks(b, 3)
+	if got := inMemory(b); !slices.Equal(got, []uint32{0, 16, 32}) {
+		t.Fatalf("cached blocks %v, want all three", got)
+	}
+	st := all.Stats()
+	if st.Hits != 3 || st.Bytes <= 0 {
+		t.Fatalf("cache: %+v", st)
+	}
+	perBlock := st.Bytes / 3
+	appendBlocks(b, 1) // the file fills and Flush waits for its combination
+	if st := all.Stats(); st.Bytes != 0 {
+		t.Fatalf("a combined file's blocks stay cached: %+v", st)
+	}
+
+	two := NewBlockCache(2*perBlock + perBlock/2)
+	b2 := newBuf(two)
+	appendBlocks(b2, 3)
+	if got := inMemory(b2); !slices.Equal(got, []uint32{16, 32}) {
+		t.Fatalf("a cache of two blocks kept %v, want the two flushed last", got)
+	}
+	if st := two.Stats(); st.Misses != 1 || st.Hits != 2 {
+		t.Fatalf("cache of two blocks: %+v", st)
+	}
+}

@@ -160,6 +160,9 @@ func (b *Buffer) maybeClean(f *VirtualFile) {
 	keys := make([]string, 0, len(f.blocks))
 	for _, blk := range f.blocks {
 		keys = append(keys, blk.key)
+		if blk.cached != nil {
+			b.cfg.Cache.remove(blk.cached)
+		}
 	}
 	f.blocks = nil
 	b.bg.Go(func() {

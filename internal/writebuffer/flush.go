@@ -24,8 +24,9 @@ type block struct {
 	rows    int
 	segs    []arrow.RecordBatch // in memory until flushed; nil after
 	bytes   int64
-	key     string // object key once durable
-	flying  bool   // a worker is uploading it
+	key     string      // object key once durable
+	cached  *cacheEntry // its records in the block cache once durable, if any
+	flying  bool        // a worker is uploading it
 	retryAt time.Time
 	fails   int
 }
@@ -78,8 +79,12 @@ func (b *Buffer) flushWorker() {
 			continue
 		}
 		blk.key = key
-		for _, s := range blk.segs {
-			s.Release() // views hold their own references
+		if b.cfg.Cache != nil {
+			blk.cached = b.cfg.Cache.add(blk.segs, blk.bytes)
+		} else {
+			for _, s := range blk.segs {
+				s.Release() // views hold their own references
+			}
 		}
 		blk.segs = nil
 		b.unflushed -= blk.bytes

@@ -10,10 +10,12 @@ import (
 
 // BlockView is a run of a virtual file's rows that a reader can scan.
 type BlockView struct {
-	First   uint32              // offset of the first row in the file
-	Rows    int                 // rows in the run
-	Records []arrow.RecordBatch // in memory: held for the view; nil when Key is set
-	Key     string              // lake object of a flushed block (one row group)
+	First uint32 // offset of the first row in the file
+	Rows  int    // rows in the run
+	// Records are the rows in memory, held for the view: a block not yet
+	// flushed, or a flushed one the block cache still has; nil otherwise.
+	Records []arrow.RecordBatch
+	Key     string // lake object of a flushed block (one row group)
 }
 
 // FileView is what a reader scans for one file id.
@@ -66,6 +68,9 @@ func (b *Buffer) View(ids ...uint64) *View {
 				bv.Records = append([]arrow.RecordBatch(nil), blk.segs...)
 			} else {
 				bv.Key = blk.key
+				if b.cfg.Cache != nil {
+					bv.Records = b.cfg.Cache.retain(blk.cached)
+				}
 			}
 			fv.Blocks = append(fv.Blocks, bv)
 		}
