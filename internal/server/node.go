@@ -41,7 +41,7 @@ type NodeConfig struct {
 	FileBlocks   int    // blocks per virtual file (default 128)
 	QueryThreads int    // DuckDB threads (default GOMAXPROCS)
 	// BlockCacheBytes bounds the flushed write-buffer blocks kept decoded
-	// for scans (default 128 MiB; negative: no cache).
+	// for scans (0: no cache).
 	BlockCacheBytes int64
 	// IdleInTransactionTimeout is the SQL sessions' default
 	// idle_in_transaction_session_timeout (0: no limit).
@@ -116,9 +116,6 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	}
 	if cfg.FileBlocks <= 0 {
 		cfg.FileBlocks = 128
-	}
-	if cfg.BlockCacheBytes == 0 {
-		cfg.BlockCacheBytes = 128 << 20
 	}
 	cfg.StorageGC.defaults()
 	if cfg.Logger == nil {

@@ -73,9 +73,6 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 		nc.StorageGC.Interval = -1 // off
 	}
 	nc.BlockCacheBytes = int64(cfg.BlockCacheMiB) << 20
-	if cfg.BlockCacheMiB == 0 {
-		nc.BlockCacheBytes = -1 // off
-	}
 	if opts.Node != nil {
 		opts.Node(&nc)
 	}
