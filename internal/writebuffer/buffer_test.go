@@ -38,7 +38,8 @@ var testCols = []Column{
 	{Name: "name", Type: types.Of(types.String), Nullable: true},
 }
 
-func newBuffer(t *testing.T, l Lake, blockRows, fileBlocks int) (*Buffer, *catalog.Catalog) {
+// testTable opens a catalog with the table of testCols.
+func testTable(t *testing.T) (*catalog.Catalog, *catalog.Table) {
 	t.Helper()
 	cat, err := catalog.Open(t.TempDir())
 	if err != nil {
@@ -52,6 +53,12 @@ func newBuffer(t *testing.T, l Lake, blockRows, fileBlocks int) (*Buffer, *catal
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cat, tb
+}
+
+func newBuffer(t *testing.T, l Lake, blockRows, fileBlocks int) (*Buffer, *catalog.Catalog) {
+	t.Helper()
+	cat, tb := testTable(t)
 	b, err := New(Config{TableID: tb.ID, Columns: testCols, Catalog: cat, Lake: l,
 		BlockRows: blockRows, FileBlocks: fileBlocks, FlushWorkers: 2, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -341,18 +348,7 @@ func (g *gatedCatalog) RegisterFile(ctx context.Context, f catalog.File) (*catal
 // catalog to register its next file, the buffer's other work goes on:
 // views, stats, and flushing and combining the full file.
 func TestRegistrationRunsOutsideTheLock(t *testing.T) {
-	cat, err := catalog.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cat.Close()
-	tb, err := cat.CreateTable(context.Background(), "t", catalog.Schema{
-		Columns:    []catalog.Column{{Name: "id", Type: types.Of(types.Int64)}, {Name: "name", Type: types.Of(types.String), Nullable: true}},
-		PrimaryKey: []string{"id"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cat, tb := testTable(t)
 	gc := &gatedCatalog{Catalog: cat, entered: make(chan struct{}), gate: make(chan struct{})}
 	l := memLake(t)
 	b, err := New(Config{TableID: tb.ID, Columns: testCols, Catalog: gc, Lake: l,
@@ -395,18 +391,7 @@ func TestRegistrationRunsOutsideTheLock(t *testing.T) {
 // longest ago go first when it is over its budget, and a combined file's
 // blocks leave it.
 func TestFlushedBlocksStayInTheCache(t *testing.T) {
-	cat, err := catalog.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cat.Close()
-	tb, err := cat.CreateTable(context.Background(), "t", catalog.Schema{
-		Columns:    []catalog.Column{{Name: "id", Type: types.Of(types.Int64)}, {Name: "name", Type: types.Of(types.String), Nullable: true}},
-		PrimaryKey: []string{"id"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cat, tb := testTable(t)
 	l := memLake(t)
 	newBuf := func(cache *BlockCache) *Buffer {
 		b, err := New(Config{TableID: tb.ID, Columns: testCols, Catalog: cat, Lake: l, Cache: cache,
