@@ -213,6 +213,10 @@ type deletedSet struct {
 	snapshot uint64
 	reader   DeletedReader // nil: vis at snapshot
 	buf      []uint64
+	// The last range asked for and its bits: a block's dead-block check
+	// and its read ask for the same range.
+	lastOff, lastRows int
+	last              []uint64
 }
 
 // at is the deleted bitmap of rows [offset, offset+rows), bit 0 first;
@@ -220,6 +224,9 @@ type deletedSet struct {
 func (d *deletedSet) at(offset, rows int) ([]uint64, error) {
 	if d == nil {
 		return nil, nil
+	}
+	if d.last != nil && offset == d.lastOff && rows == d.lastRows {
+		return d.last, nil
 	}
 	var (
 		bm  []uint64
@@ -235,7 +242,8 @@ func (d *deletedSet) at(offset, rows int) ([]uint64, error) {
 		return nil, err
 	}
 	d.buf = bm
-	return bitsAt(bm, bit, rows), nil
+	d.last, d.lastOff, d.lastRows = bitsAt(bm, bit, rows), offset, rows
+	return d.last, nil
 }
 
 // scanRegular scans one row group of a Parquet file (only = -1: all).
