@@ -43,19 +43,7 @@ func (n *Node) Storage(ctx context.Context, at uint64) (Storage, error) {
 		st.LakeBytes += o.Size
 	}
 	snap := n.Catalog.Snapshot()
-	var buf []uint64
-	// stale counts the deleted rows of [first, first+rows) of a file.
-	stale := func(vis *visibility.RowGroup, first, rows int) (int64, error) {
-		if vis == nil || rows == 0 {
-			return 0, nil
-		}
-		bm, bit, err := vis.BitmapRange(at, first, rows, buf)
-		if err != nil {
-			return 0, err
-		}
-		buf = bm
-		return countBits(bm, bit, rows), nil
-	}
+	stale := (&staleCounter{at: at}).count
 	for _, t := range snap.Tables() {
 		before := [2]int64{st.Versions, st.Stale}
 		for _, f := range snap.LiveFiles(t.ID) {
@@ -104,4 +92,25 @@ func (n *Node) Storage(ctx context.Context, at uint64) (Storage, error) {
 		st.ByTable[t.Name] = TableVersions{Versions: st.Versions - before[0], Stale: st.Stale - before[1]}
 	}
 	return st, nil
+}
+
+// staleCounter counts deleted versions at one snapshot, reusing its bitmap
+// buffer from call to call.
+type staleCounter struct {
+	at  uint64
+	buf []uint64
+}
+
+// count is the number of rows of [first, first+rows) of vis deleted at the
+// counter's snapshot (none when vis is nil).
+func (c *staleCounter) count(vis *visibility.RowGroup, first, rows int) (int64, error) {
+	if vis == nil || rows == 0 {
+		return 0, nil
+	}
+	bm, bit, err := vis.BitmapRange(c.at, first, rows, c.buf)
+	if err != nil {
+		return 0, err
+	}
+	c.buf = bm
+	return countBits(bm, bit, rows), nil
 }

@@ -123,7 +123,7 @@ func (n *Node) sealStaleFilling(ctx context.Context) error {
 	}
 	at := n.gcBound(w.LWM)
 	capacity := int64(n.Config.BlockRows) * int64(n.Config.FileBlocks)
-	var buf []uint64
+	counter := &staleCounter{at: at}
 	for _, rp := range n.Replayers {
 		for _, b := range rp.Buffers() {
 			id, rows, ok := b.Filling()
@@ -134,15 +134,14 @@ func (n *Node) sealStaleFilling(ctx context.Context) error {
 			if !ok {
 				continue
 			}
-			bm, bit, err := vis.BitmapRange(at, 0, rows, buf)
+			stale, err := counter.count(vis, 0, rows)
 			if errors.Is(err, visibility.ErrSnapshotTooOld) {
 				continue // folded past the bound read a moment ago: next round
 			}
 			if err != nil {
 				return fmt.Errorf("file %d: %w", id, err)
 			}
-			buf = bm
-			if stale := countBits(bm, bit, rows); sealEarly(int64(rows), stale, capacity, n.Config.StorageGC.StaleShare) && b.SealFile(id) {
+			if sealEarly(int64(rows), stale, capacity, n.Config.StorageGC.StaleShare) && b.SealFile(id) {
 				n.gc.stats.EarlySeals.Add(1)
 				n.log.Debug("storage GC sealed a stale virtual file early", "file", id, "rows", rows, "stale", stale)
 			}
@@ -304,7 +303,7 @@ func (n *Node) pickRewrite(at uint64) (*catalog.Table, *replay.Replayer, []*cata
 	n.gc.mu.Lock()
 	busy := copyBusy(n.gc.busy)
 	n.gc.mu.Unlock()
-	var buf []uint64
+	counter := &staleCounter{at: at}
 	for _, t := range snap.Tables() {
 		byOwner := map[uint32][]fileStat{}
 		for _, f := range snap.LiveFiles(t.ID) {
@@ -316,7 +315,7 @@ func (n *Node) pickRewrite(at uint64) (*catalog.Table, *replay.Replayer, []*cata
 			if !ok || rows == 0 {
 				continue
 			}
-			bm, bit, err := vis.BitmapRange(at, 0, rows, buf)
+			stale, err := counter.count(vis, 0, rows)
 			if errors.Is(err, visibility.ErrSnapshotTooOld) {
 				// Memory GC folded it past this round's bound, read a
 				// moment before: the next round looks at it again.
@@ -325,8 +324,7 @@ func (n *Node) pickRewrite(at uint64) (*catalog.Table, *replay.Replayer, []*cata
 			if err != nil {
 				return nil, nil, nil, fmt.Errorf("file %d of %s: %w", f.ID, t.Name, err)
 			}
-			buf = bm
-			byOwner[f.Replayer] = append(byOwner[f.Replayer], fileStat{id: f.ID, rows: int64(rows), stale: countBits(bm, bit, rows)})
+			byOwner[f.Replayer] = append(byOwner[f.Replayer], fileStat{id: f.ID, rows: int64(rows), stale: stale})
 		}
 		for owner, stats := range byOwner {
 			ids := chooseRewrite(stats, n.Config.StorageGC.StaleShare, capacity)
