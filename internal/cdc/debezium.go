@@ -107,6 +107,11 @@ func (d *Decoder) Decode(m Message) (rec Record, err error) {
 		}
 	}()
 	rec.Pos = m.Pos
+	if m.Record != nil {
+		rec = *m.Record
+		rec.Pos = m.Pos
+		return rec, nil
+	}
 	if isNull(m.Value) {
 		d.Skipped++
 		return Record{Kind: Skip, Pos: m.Pos, SkipReason: "tombstone"}, nil

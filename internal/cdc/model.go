@@ -1,6 +1,7 @@
 // Package cdc is the change model (change events, transaction boundaries,
 // source positions) and its sources and decoders: Debezium JSON from
-// newline-delimited files or from Kafka topics.
+// newline-delimited files or from Kafka topics. PostgreSQL's logical
+// replication is the subpackage postgres.
 package cdc
 
 import (
@@ -19,11 +20,15 @@ type Position struct {
 func (p Position) String() string { return fmt.Sprintf("%s@%d", p.Stream, p.Offset) }
 
 // Message is one raw message of a source: a Debezium value (nil for a
-// tombstone) and, from Kafka, its key.
+// tombstone) and, from Kafka, its key; or, from a source that speaks its
+// database's own replication protocol (PostgreSQL), the record it decoded.
 type Message struct {
 	Pos   Position
 	Key   []byte
 	Value []byte
+	// Record, when set, is the message already decoded: the decoder passes
+	// it through with Pos.
+	Record *Record
 }
 
 // Source yields messages in order within each stream.

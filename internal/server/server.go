@@ -13,6 +13,7 @@ import (
 
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/cdc"
+	"github.com/retinadb/retina/internal/cdc/postgres"
 	"github.com/retinadb/retina/internal/checkpoint"
 	"github.com/retinadb/retina/internal/failpoint"
 	"github.com/retinadb/retina/internal/mirror"
@@ -41,6 +42,7 @@ type Server struct {
 type source struct {
 	uri string
 	src cdc.Source
+	pg  *postgres.Source // when it is a PostgreSQL source: its progress for metrics
 }
 
 // Options tune a server beyond its Config.
@@ -97,11 +99,11 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 	}
 	var starts []mirror.Checkpoint
 	for i, uri := range cfg.Sources {
-		start, err := node.Resume(i, uri)
+		start, err := node.Resume(i, sourceName(uri))
 		if err != nil {
 			return nil, err
 		}
-		src, err := s.openSource(uri, start, opts.Stdin)
+		src, err := s.openSource(ctx, uri, start, opts.Stdin)
 		if err != nil {
 			return nil, err
 		}
@@ -113,7 +115,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 		srcs := make([]cdc.Source, len(s.sources))
 		names := make([]string, len(s.sources))
 		for i, src := range s.sources {
-			srcs[i], names[i] = src.src, src.uri
+			srcs[i], names[i] = src.src, sourceName(src.uri)
 		}
 		replayers := make([]sink.Replayer, len(node.Replayers))
 		for j, rp := range node.Replayers {
@@ -140,10 +142,31 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 	return s, nil
 }
 
+// sourceName is how a source is named in checkpoints, logs and metrics:
+// its URI without a password.
+func sourceName(uri string) string {
+	if postgres.IsURI(uri) {
+		return postgres.Redact(uri)
+	}
+	return uri
+}
+
 // openSource opens a source at its last applied position.
-func (s *Server) openSource(uri string, start mirror.Checkpoint, stdin io.Reader) (*source, error) {
+func (s *Server) openSource(ctx context.Context, uri string, start mirror.Checkpoint, stdin io.Reader) (*source, error) {
 	src := &source{uri: uri}
 	var err error
+	if postgres.IsURI(uri) {
+		opts, perr := postgres.ParseURI(uri)
+		if perr != nil {
+			return nil, perr
+		}
+		src.pg, err = postgres.Open(ctx, opts, postgres.Config{Catalog: s.Node.Catalog, Logger: s.log, Resume: start.Resume})
+		if err != nil {
+			return nil, err
+		}
+		src.src = src.pg
+		return src, nil
+	}
 	if uri == "file:-" && stdin != nil {
 		src.src, err = cdc.OpenFileSource("-", cdc.FileOptions{Stdin: stdin, Resume: start.Resume})
 	} else {
@@ -292,7 +315,7 @@ func (s *Server) shutdown(ingestErr error) error {
 		var resume []mirror.Checkpoint
 		uris := make([]string, len(s.sources))
 		for i, src := range s.sources {
-			uris[i] = src.uri
+			uris[i] = sourceName(src.uri)
 		}
 		if s.sink != nil {
 			resume = s.sink.Checkpoints()

@@ -1,0 +1,371 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/retinadb/retina/internal/cdc"
+)
+
+// statusEvery is how often the slot hears how far Retina is: the flush LSN
+// a durable checkpoint covers.
+const statusEvery = time.Second
+
+// openTxn is the source transaction being received.
+type openTxn struct {
+	id       string
+	pos      cdc.Position
+	commitMS int64
+	n        int64
+	perTable map[string]int64
+}
+
+// streamer decodes one replication session's messages.
+type streamer struct {
+	s    *Source
+	conn *pgx.Conn // catalog lookups for Relation messages
+	tm   typeMap
+	rels map[uint32]*table
+	tx   *openTxn
+	// lastMark is when the last idle position was marked handled.
+	lastMark time.Time
+}
+
+// stream starts replication where the last delivered commit left off and
+// delivers every commit as one transaction, in commit order.
+func (s *Source) stream(ctx context.Context, conn *pgx.Conn, rc *pgconn.PgConn) error {
+	args := []string{"proto_version '1'", "publication_names '" + s.opts.Publication + "'"}
+	if err := pglogrepl.StartReplication(ctx, rc, s.opts.Slot, s.next, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
+		return fmt.Errorf("postgres source %s: start replication on slot %s at %s: %w", s.opts.Display, s.opts.Slot, s.next, err)
+	}
+	s.log.Info("streaming changes", "slot", s.opts.Slot, "from", s.next.String())
+	st := &streamer{s: s, conn: conn, tm: newTypeMap(), rels: map[uint32]*table{}}
+	nextStatus := time.Now()
+	for {
+		if !time.Now().Before(nextStatus) {
+			if err := s.sendStatus(ctx, rc); err != nil {
+				return err
+			}
+			nextStatus = time.Now().Add(statusEvery)
+		}
+		rctx, cancel := context.WithDeadline(ctx, nextStatus)
+		raw, err := rc.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if pgconn.Timeout(err) && ctx.Err() == nil {
+				continue
+			}
+			return fmt.Errorf("postgres source %s: receive: %w", s.opts.Display, err)
+		}
+		switch msg := raw.(type) {
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("postgres source %s: replication: %w", s.opts.Display, pgconn.ErrorResponseToPgError(msg))
+		case *pgproto3.CopyDone:
+			return fmt.Errorf("postgres source %s: the server ended replication", s.opts.Display)
+		case *pgproto3.CopyData:
+			if len(msg.Data) == 0 {
+				continue
+			}
+			switch msg.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(msg.Data[1:])
+				if err != nil {
+					return fmt.Errorf("postgres source %s: keepalive: %w", s.opts.Display, err)
+				}
+				s.seenWAL(ka.ServerWALEnd)
+				if err := st.idle(ctx, ka.ServerWALEnd); err != nil {
+					return err
+				}
+				if ka.ReplyRequested {
+					nextStatus = time.Time{}
+				}
+			case pglogrepl.XLogDataByteID:
+				xld, err := pglogrepl.ParseXLogData(msg.Data[1:])
+				if err != nil {
+					return fmt.Errorf("postgres source %s: XLogData: %w", s.opts.Display, err)
+				}
+				s.seenWAL(xld.ServerWALEnd)
+				m, err := pglogrepl.Parse(xld.WALData)
+				if err != nil {
+					return fatal(fmt.Errorf("postgres source %s: at %s: pgoutput message: %w", s.opts.Display, xld.WALStart, err))
+				}
+				if err := st.handle(ctx, m); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+func (s *Source) seenWAL(lsn pglogrepl.LSN) {
+	for {
+		cur := s.stats.walEnd.Load()
+		if uint64(lsn) <= cur || s.stats.walEnd.CompareAndSwap(cur, uint64(lsn)) {
+			return
+		}
+	}
+}
+
+// sendStatus tells the server how far Retina has durably applied: the
+// slot keeps the WAL after that and releases the rest.
+func (s *Source) sendStatus(ctx context.Context, rc *pgconn.PgConn) error {
+	flush := pglogrepl.LSN(s.confirmed.Load())
+	write := max(pglogrepl.LSN(s.stats.received.Load()), flush)
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, rc, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: write, WALFlushPosition: flush, WALApplyPosition: flush, ClientTime: time.Now()})
+	if err != nil {
+		return fmt.Errorf("postgres source %s: standby status: %w", s.opts.Display, err)
+	}
+	return nil
+}
+
+// idle marks the server's sent position handled when no transaction is
+// open: every commit not yet sent lies at or beyond it, so WAL before it
+// holds nothing for Retina, and the slot may release it once a checkpoint
+// covers the mark.
+func (st *streamer) idle(ctx context.Context, walEnd pglogrepl.LSN) error {
+	s := st.s
+	if st.tx != nil || walEnd <= s.next || time.Since(st.lastMark) < statusEvery {
+		return nil
+	}
+	st.lastMark = time.Now()
+	s.next = walEnd
+	return s.emit(ctx, record(cdc.Position{Stream: s.main, Offset: int64(walEnd) - 1}, cdc.Record{Kind: cdc.Skip, SkipReason: "no published changes"}))
+}
+
+// handle decodes one pgoutput message.
+func (st *streamer) handle(ctx context.Context, m pglogrepl.Message) error {
+	s := st.s
+	switch m := m.(type) {
+	case *pglogrepl.RelationMessage:
+		t, err := st.relation(ctx, m)
+		if err != nil {
+			return err
+		}
+		st.rels[m.RelationID] = t
+	case *pglogrepl.BeginMessage:
+		st.tx = &openTxn{id: fmt.Sprintf("%d@%s", m.Xid, m.FinalLSN), pos: cdc.Position{Stream: s.main, Offset: int64(m.FinalLSN)},
+			commitMS: m.CommitTime.UnixMilli(), perTable: map[string]int64{}}
+	case *pglogrepl.InsertMessage:
+		t, err := st.table(m.RelationID)
+		if err != nil {
+			return err
+		}
+		row, err := st.row(t, m.Tuple, nil, "insert")
+		if err != nil {
+			return err
+		}
+		if t.keyless() {
+			row[len(row)-2], row[len(row)-1] = int64(st.tx.pos.Offset), st.tx.n
+		}
+		return st.change(ctx, t, cdc.Record{Op: cdc.OpCreate, After: row})
+	case *pglogrepl.UpdateMessage:
+		t, err := st.table(m.RelationID)
+		if err != nil {
+			return err
+		}
+		if t.keyless() {
+			return st.keylessError(t, "update")
+		}
+		var old []any
+		if m.OldTuple != nil {
+			if old, err = st.row(t, m.OldTuple, nil, "update (old row)"); err != nil {
+				return err
+			}
+		}
+		full := m.OldTupleType == pglogrepl.UpdateMessageTupleTypeOld
+		var base []any
+		if full {
+			base = old
+		}
+		row, err := st.row(t, m.NewTuple, base, "update")
+		if err != nil {
+			return err
+		}
+		r := cdc.Record{Op: cdc.OpUpdate, After: row}
+		if old != nil {
+			r.Key = pick(old, t.keyPos)
+		}
+		if full {
+			r.Before = old
+		}
+		return st.change(ctx, t, r)
+	case *pglogrepl.DeleteMessage:
+		t, err := st.table(m.RelationID)
+		if err != nil {
+			return err
+		}
+		if t.keyless() {
+			return st.keylessError(t, "delete")
+		}
+		if m.OldTuple == nil {
+			return fatal(fmt.Errorf("postgres source %s: delete from %s at %s carries no old key (REPLICA IDENTITY NOTHING?)", s.opts.Display, t, st.tx.pos))
+		}
+		old, err := st.row(t, m.OldTuple, nil, "delete")
+		if err != nil {
+			return err
+		}
+		r := cdc.Record{Op: cdc.OpDelete, Key: pick(old, t.keyPos)}
+		if m.OldTupleType == pglogrepl.DeleteMessageTupleTypeOld {
+			r.Before = old
+		}
+		return st.change(ctx, t, r)
+	case *pglogrepl.TruncateMessage:
+		for _, id := range m.RelationIDs {
+			t, err := st.table(id)
+			if err != nil {
+				return err
+			}
+			if err := st.change(ctx, t, cdc.Record{Op: cdc.OpTruncate}); err != nil {
+				return err
+			}
+		}
+	case *pglogrepl.CommitMessage:
+		if st.tx == nil {
+			return fatal(fmt.Errorf("postgres source %s: COMMIT at %s without BEGIN", s.opts.Display, m.CommitLSN))
+		}
+		tx := st.tx
+		st.tx = nil
+		var r cdc.Record
+		if tx.n == 0 {
+			r = cdc.Record{Kind: cdc.Skip, SkipReason: "transaction without published changes"}
+		} else {
+			r = cdc.Record{Kind: cdc.End, TxID: tx.id, EventCount: tx.n, PerTable: tx.perTable, SourceTSms: tx.commitMS}
+		}
+		if err := s.emit(ctx, record(tx.pos, r)); err != nil {
+			return err
+		}
+		s.next = m.CommitLSN + 1
+		s.stats.received.Store(uint64(m.TransactionEndLSN))
+		s.stats.lastCommit.Store(m.CommitTime.UnixMicro())
+	}
+	// Type messages need nothing: a type Retina has no column type for is
+	// held as text, whatever its OID. Origin and logical decoding messages
+	// carry no rows.
+	return nil
+}
+
+// change delivers one row change of the open transaction.
+func (st *streamer) change(ctx context.Context, t *table, r cdc.Record) error {
+	if st.tx == nil {
+		return fatal(fmt.Errorf("postgres source %s: a change of %s outside a transaction", st.s.opts.Display, t))
+	}
+	r.Kind, r.Table, r.TxID, r.TotalOrder, r.SourceTSms = cdc.Change, t.retina.Name, st.tx.id, st.tx.n, st.tx.commitMS
+	st.tx.n++
+	st.tx.perTable[t.retina.Name]++
+	return st.s.emit(ctx, record(st.tx.pos, r))
+}
+
+func (st *streamer) table(id uint32) (*table, error) {
+	t, ok := st.rels[id]
+	if !ok {
+		return nil, fatal(fmt.Errorf("postgres source %s: a change of relation %d before its Relation message", st.s.opts.Display, id))
+	}
+	if st.tx == nil {
+		return nil, fatal(fmt.Errorf("postgres source %s: a change of %s outside a transaction", st.s.opts.Display, t))
+	}
+	return t, nil
+}
+
+func (st *streamer) keylessError(t *table, what string) error {
+	return fatal(fmt.Errorf("postgres source %s: %s of %s at %s: the table has no primary key or replica-identity index, so Retina cannot find the row; add a primary key (or ALTER TABLE … REPLICA IDENTITY USING INDEX) and copy again", st.s.opts.Display, what, t, st.tx.pos))
+}
+
+// relation binds a Relation message's table: its columns as the message
+// gives them (the schema at this point of the stream), nullability and key
+// from PostgreSQL's catalog.
+func (st *streamer) relation(ctx context.Context, m *pglogrepl.RelationMessage) (*table, error) {
+	s := st.s
+	cur, err := describeByName(ctx, st.conn, m.Namespace, m.RelationName)
+	if err != nil {
+		return nil, fmt.Errorf("postgres source %s: %w", s.opts.Display, err)
+	}
+	t := &table{OID: cur.OID, Namespace: m.Namespace, Name: m.RelationName, Identity: m.ReplicaIdentity, Key: cur.Key}
+	var flagged []string
+	for _, mc := range m.Columns {
+		c := column{Name: mc.Name, OID: mc.DataType, TypMod: mc.TypeModifier, Type: mapType(mc.DataType, mc.TypeModifier), PGType: fmt.Sprintf("type oid %d", mc.DataType)}
+		for _, cc := range cur.Cols {
+			if cc.Name == c.Name {
+				c.NotNull = cc.NotNull
+				if cc.OID == c.OID {
+					c.PGType = cc.PGType
+				}
+			}
+		}
+		if mc.Flags&1 != 0 {
+			flagged = append(flagged, mc.Name)
+		}
+		t.Cols = append(t.Cols, c)
+	}
+	// The old key PostgreSQL sends is the identity's: follow it when it no
+	// longer matches the key found in the catalog.
+	if m.ReplicaIdentity != 'f' && len(flagged) > 0 && !sameSet(flagged, t.Key) {
+		t.Key = flagged
+	}
+	if err := t.bind(ctx, s.cfg.Catalog); err != nil {
+		return nil, fatal(fmt.Errorf("postgres source %s: %w", s.opts.Display, err))
+	}
+	return t, nil
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
+}
+
+// row turns a tuple into a Retina row. Unchanged TOAST values come from
+// base, the old row, which PostgreSQL sends under REPLICA IDENTITY FULL.
+func (st *streamer) row(t *table, tup *pglogrepl.TupleData, base []any, what string) ([]any, error) {
+	s := st.s
+	if tup == nil || len(tup.Columns) != len(t.Cols) {
+		n := 0
+		if tup != nil {
+			n = len(tup.Columns)
+		}
+		return nil, fatal(fmt.Errorf("postgres source %s: %s of %s at %s: %d values for %d columns", s.opts.Display, what, t, st.tx.pos, n, len(t.Cols)))
+	}
+	row := make([]any, len(t.retina.Schema.Columns))
+	for i, c := range tup.Columns {
+		j := t.pos[i]
+		switch c.DataType {
+		case pglogrepl.TupleDataTypeNull:
+		case pglogrepl.TupleDataTypeToast:
+			if base == nil {
+				return nil, fatal(fmt.Errorf("postgres source %s: %s of %s at %s: column %s is an unchanged TOAST value PostgreSQL did not send; run ALTER TABLE %s REPLICA IDENTITY FULL so the old row carries it",
+					s.opts.Display, what, t, st.tx.pos, t.Cols[i].Name, pgx.Identifier{t.Namespace, t.Name}.Sanitize()))
+			}
+			row[j] = base[j]
+		case pglogrepl.TupleDataTypeText:
+			v, err := st.tm.value(&t.Cols[i], c.Data)
+			if err != nil {
+				return nil, fatal(fmt.Errorf("postgres source %s: %s of %s (Retina table %s) at %s: %w", s.opts.Display, what, t, t.retina.Name, st.tx.pos, err))
+			}
+			row[j] = v
+		default:
+			return nil, fatal(fmt.Errorf("postgres source %s: %s of %s at %s: column %s in format %q", s.opts.Display, what, t, st.tx.pos, t.Cols[i].Name, c.DataType))
+		}
+	}
+	return row, nil
+}
+
+func pick(row []any, at []int) []any {
+	out := make([]any, len(at))
+	for i, j := range at {
+		out[i] = row[j]
+	}
+	return out
+}
