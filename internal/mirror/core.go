@@ -236,6 +236,7 @@ type checkpointState struct {
 	ticks   int    // since the last checkpoint
 	commits uint64 // since the last checkpoint
 	wanted  bool   // the driver has state to persist that no commit brought
+	handled bool   // messages were handled without a transaction: resume points moved
 	ts      uint64 // of the checkpoint under way
 }
 
@@ -316,6 +317,7 @@ func (c *Core) Handled(source int, ps []cdc.Position) error {
 		return err
 	}
 	t.done(ps)
+	c.ckpt.handled = c.ckpt.handled || len(ps) > 0
 	return nil
 }
 
@@ -602,6 +604,20 @@ func (c *Core) redoing() bool {
 	return false
 }
 
+// Resume is where a stream of a source resumes: every message before it is
+// applied and committed (or set aside for good). ok is false for a stream
+// the source has not delivered from.
+func (c *Core) Resume(source int, stream string) (off int64, ok bool) {
+	if source < 0 || source >= len(c.trackers) {
+		return 0, false
+	}
+	st := c.trackers[source].streams[stream]
+	if st == nil {
+		return 0, false
+	}
+	return st.resumeAt(), true
+}
+
 // CommittedOffsets is how far each stream of each source has been
 // committed, by this process or (as Config.RedoUpTo tells) the ones before
 // it: a process killed amid its redo must not make the next one forget how
@@ -653,7 +669,7 @@ func (c *Core) Tick(lwm uint64) {
 		t.compact()
 	}
 	c.ckpt.ticks++
-	if n := c.cfg.CheckpointTicks; n > 0 && c.ckpt.ticks >= n && (c.ckpt.commits > 0 || c.ckpt.wanted) {
+	if n := c.cfg.CheckpointTicks; n > 0 && c.ckpt.ticks >= n && (c.ckpt.commits > 0 || c.ckpt.wanted || c.ckpt.handled) {
 		c.startCheckpoint()
 	}
 	c.maybePersist()
@@ -715,7 +731,7 @@ func (c *Core) Persisted(ts uint64, err error) error {
 	}
 	c.ckpt.phase = ckptIdle
 	if err == nil {
-		c.ckpt.ticks, c.ckpt.commits, c.ckpt.wanted = 0, 0, false
+		c.ckpt.ticks, c.ckpt.commits, c.ckpt.wanted, c.ckpt.handled = 0, 0, false, false
 		c.stats.CheckpointTS = ts
 		c.stats.Checkpoints++
 	}

@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"fmt"
+	"github.com/retinadb/retina/internal/cdc"
 	"strings"
 	"testing"
 
@@ -142,6 +143,19 @@ func runCommand(wp **world, cmd string, a map[string]string, input string) error
 		w.tick()
 	case "want-checkpoint":
 		w.event("want-checkpoint", func() error { w.core.WantCheckpoint(); return nil })
+	case "skip":
+		// A message read and handled without a transaction (a position mark).
+		at, err := intArg(a, "at", 0)
+		if err != nil {
+			return err
+		}
+		ps := []cdc.Position{{Stream: "s", Offset: int64(at)}}
+		w.event(fmt.Sprintf("skip s@%d", at), func() error {
+			if err := w.core.Read(0, ps); err != nil {
+				return err
+			}
+			return w.core.Handled(0, ps)
+		})
 	case "drain":
 		w.event("drain", func() error { w.core.Drain(nil); return nil })
 	case "end":

@@ -109,7 +109,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		"log_min_messages = warning",
 	}
 	if !opts.Durable {
-		conf = append(conf, "fsync = off", "synchronous_commit = off", "full_page_writes = off")
+		conf = append(conf, "fsync = off", "full_page_writes = off")
 	}
 	conf = append(conf, opts.Settings...)
 	f, err := os.OpenFile(filepath.Join(c.Dir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)

@@ -52,7 +52,10 @@ type Config struct {
 	// IdleInTransactionTimeout is the default of the sessions'
 	// idle_in_transaction_session_timeout (0: no limit).
 	IdleInTransactionTimeout time.Duration
-	Logger                   *slog.Logger
+	// Waiter answers retina_wait_lsn (nil: the function reports there is
+	// no PostgreSQL source).
+	Waiter SourceWaiter
+	Logger *slog.Logger
 }
 
 // Engine owns the embedded DuckDB database.
@@ -325,6 +328,10 @@ func (s *Session) Run(ctx context.Context, stmt string, args ...any) (*Result, e
 		if ok {
 			return s.setting(st)
 		}
+	case "SELECT":
+		if w, ok := parseWait(stmt); ok {
+			return s.wait(ctx, w)
+		}
 	case "BEGIN", "START":
 		if s.tx == nil {
 			v, err := s.e.beginView(ctx)
@@ -402,6 +409,11 @@ func (s *Session) setting(st settingStmt) (*Result, error) {
 // running it: ok is false for any other statement.
 func (s *Session) DescribeSetting(stmt string) (cols []Column, ok bool, err error) {
 	switch firstWord(stmt) {
+	case "SELECT":
+		if _, ok := parseWait(stmt); ok {
+			return waitColumns, true, nil
+		}
+		return nil, false, nil
 	case "SET", "RESET", "SHOW":
 	default:
 		return nil, false, nil

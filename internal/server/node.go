@@ -40,6 +40,8 @@ type NodeConfig struct {
 	BlockRows    int    // write-buffer block size (default 8192)
 	FileBlocks   int    // blocks per virtual file (default 128)
 	QueryThreads int    // DuckDB threads (default GOMAXPROCS)
+	// Waiter answers the SQL function retina_wait_lsn (nil: no source can).
+	Waiter query.SourceWaiter
 	// BlockCacheBytes bounds the flushed write-buffer blocks kept decoded
 	// for scans (0: no cache).
 	BlockCacheBytes int64
@@ -198,7 +200,7 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	}
 	n.Scanner = scan.New(n.Lake, n.owner, nil)
 	if n.Engine, err = query.Open(ctx, query.Config{Catalog: n.Catalog, Txn: n.Txn, Scanner: n.Scanner, Threads: cfg.QueryThreads,
-		IdleInTransactionTimeout: cfg.IdleInTransactionTimeout, Logger: cfg.Logger}); err != nil {
+		IdleInTransactionTimeout: cfg.IdleInTransactionTimeout, Waiter: cfg.Waiter, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
 	if recordShards {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/retinadb/retina/internal/catalog"
@@ -18,6 +19,7 @@ import (
 	"github.com/retinadb/retina/internal/failpoint"
 	"github.com/retinadb/retina/internal/mirror"
 	"github.com/retinadb/retina/internal/pgwire"
+	"github.com/retinadb/retina/internal/query"
 	"github.com/retinadb/retina/internal/sink"
 )
 
@@ -75,6 +77,8 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 		nc.StorageGC.Interval = -1 // off
 	}
 	nc.BlockCacheBytes = int64(cfg.BlockCacheMiB) << 20
+	waiter := &lsnWaiter{}
+	nc.Waiter = waiter
 	if opts.Node != nil {
 		opts.Node(&nc)
 	}
@@ -133,6 +137,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 			return nil, err
 		}
 	}
+	waiter.s.Store(s)
 	if s.pg, err = pgwire.Listen(cfg.SQLAddr, node.Engine, log); err != nil {
 		return nil, err
 	}
@@ -140,6 +145,43 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 		return nil, fmt.Errorf("server: metrics listen on %s: %w", cfg.HTTPAddr, err)
 	}
 	return s, nil
+}
+
+// lsnWaiter answers retina_wait_lsn: it waits on every PostgreSQL source
+// until the commits before the LSN are applied.
+type lsnWaiter struct{ s atomic.Pointer[Server] }
+
+func (w *lsnWaiter) WaitLSN(ctx context.Context, lsn uint64) error {
+	s := w.s.Load()
+	waited := false
+	for i, src := range s.sourcesIfStarted() {
+		if src.pg == nil {
+			continue
+		}
+		waited = true
+		if err := s.sink.WaitApplied(ctx, i, src.pg.Stream(), int64(lsn)); err != nil {
+			return fmt.Errorf("source %s: %w", sourceName(src.uri), err)
+		}
+		// The stream's start mark comes after the last row of an initial
+		// copy, which may still be applying.
+		if stream, done := src.pg.CopyStream(); stream != "" {
+			if err := s.sink.WaitApplied(ctx, i, stream, done); err != nil {
+				return fmt.Errorf("source %s: initial copy: %w", sourceName(src.uri), err)
+			}
+		}
+	}
+	if !waited {
+		return query.ErrNoWaiter
+	}
+	return nil
+}
+
+// sourcesIfStarted is the sources once ingestion is set up, else none.
+func (s *Server) sourcesIfStarted() []*source {
+	if s == nil || s.sink == nil {
+		return nil
+	}
+	return s.sources
 }
 
 // sourceName is how a source is named in checkpoints, logs and metrics:

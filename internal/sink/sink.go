@@ -173,6 +173,8 @@ type Sink struct {
 	coreStats                           atomic.Pointer[mirror.Stats] // the core's counters, for other goroutines
 	redoTook                            atomic.Int64                 // nanoseconds the redo after a crash took (0: none or running)
 	ran                                 atomic.Bool
+	waits                               waiters
+	wakeup                              chan struct{} // a new wait: check the waiters
 }
 
 // New validates the configuration.
@@ -216,7 +218,7 @@ func New(cfg Config) (*Sink, error) {
 	}
 	start := make([]mirror.Checkpoint, len(cfg.Sources))
 	copy(start, cfg.Start)
-	s := &Sink{cfg: cfg, log: cfg.Logger.With("component", "sink"), start: start}
+	s := &Sink{cfg: cfg, log: cfg.Logger.With("component", "sink"), start: start, wakeup: make(chan struct{}, 1)}
 	policy := mirror.Fail
 	switch cfg.BadInput {
 	case Fail:
@@ -366,6 +368,7 @@ func (d *driver) run(ctx context.Context) error {
 		case <-stop:
 			stop = nil
 			s.core.Drain(nil)
+		case <-s.wakeup:
 		}
 		// Carrying out a Ready can feed the core (a failed write drains it):
 		// take Readys until there is nothing left to do.
@@ -385,10 +388,12 @@ func (d *driver) run(ctx context.Context) error {
 				"took", took.Round(time.Millisecond))
 		}
 		s.coreStats.Store(&st)
+		s.release(s.core)
 		if done {
 			break
 		}
 	}
+	s.stopWaits()
 	close(d.stopped)
 	stopIntake()
 	go func() { // let blocked intakes finish

@@ -10,10 +10,12 @@ import (
 )
 
 // Positions. Every change of a transaction sits at the transaction's commit
-// LSN in the stream "postgres/SLOT", so the replay checkpoint's resume offset
-// of that stream is one past the last applied commit: exactly the LSN to
-// restart streaming from (PostgreSQL skips commits before it) and the flush
-// LSN the slot may confirm. Between transactions the source also marks the
+// LSN in the stream "postgres/SLOT" and its end one before the end of the
+// commit record, so the replay checkpoint's resume offset of that stream is
+// the end of the last applied commit: exactly the LSN to restart streaming
+// from (PostgreSQL skips commits that start before it), the flush LSN the
+// slot may confirm, and the point before which every commit is applied
+// (retina_wait_lsn). Between transactions the source also marks the
 // server's sent position minus one as handled, so an idle or unrelated WAL
 // stream still lets the slot release WAL.
 //

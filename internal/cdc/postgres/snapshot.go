@@ -60,6 +60,7 @@ func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, rc *pgconn.PgConn
 	s.stats.rows.Store(0)
 	s.stats.rowsEstimate.Store(estimate)
 	stream := snapshotStream(s.opts.Slot, consistent)
+	s.copyStream.Store(stream)
 	if s.delivered || s.start.delivered {
 		if err := s.truncateAll(ctx, stream, consistent, tables); err != nil {
 			return err

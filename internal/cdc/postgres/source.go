@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -60,8 +61,9 @@ type Source struct {
 	next      pglogrepl.LSN // streaming resumes here after a reconnect
 	delivered bool          // anything was delivered in this process
 
-	confirmed atomic.Uint64 // set by Commit, sent by the run goroutine
-	stats     struct {
+	confirmed  atomic.Uint64 // set by Commit, sent by the run goroutine
+	copyStream atomic.Value  // string: the stream of this process's copy
+	stats      struct {
 		tables, tablesDone, rows, rowsEstimate, reconnects atomic.Int64
 		copyDone                                           atomic.Bool
 		walEnd, received                                   atomic.Uint64
@@ -213,6 +215,19 @@ func (s *Source) Commit(_ context.Context, resume map[string]int64) error {
 		}
 	}
 	return nil
+}
+
+// Stream names the stream whose offsets are LSNs: a commit is applied
+// once the stream resumes at or after its end.
+func (s *Source) Stream() string { return s.main }
+
+// CopyStream names the stream of the initial copy this process made ("" if
+// none), and the offset it resumes at once the copy is applied in full.
+// It is set before the copy's first row, so once Stream has reached the
+// copy's end mark it names that copy.
+func (s *Source) CopyStream() (string, int64) {
+	name, _ := s.copyStream.Load().(string)
+	return name, math.MaxInt64
 }
 
 // Close stops reading.

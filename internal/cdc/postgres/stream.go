@@ -239,10 +239,13 @@ func (st *streamer) handle(ctx context.Context, m pglogrepl.Message) error {
 		} else {
 			r = cdc.Record{Kind: cdc.End, TxID: tx.id, EventCount: tx.n, PerTable: tx.perTable, SourceTSms: tx.commitMS}
 		}
-		if err := s.emit(ctx, record(tx.pos, r)); err != nil {
+		// The end sits one before the commit record's end: the stream then
+		// resumes at that end, which is where the next commit can start.
+		end := cdc.Position{Stream: s.main, Offset: int64(m.TransactionEndLSN) - 1}
+		if err := s.emit(ctx, record(end, r)); err != nil {
 			return err
 		}
-		s.next = m.CommitLSN + 1
+		s.next = m.TransactionEndLSN
 		s.stats.received.Store(uint64(m.TransactionEndLSN))
 		s.stats.lastCommit.Store(m.CommitTime.UnixMicro())
 	}

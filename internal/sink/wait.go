@@ -1,0 +1,93 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/retinadb/retina/internal/mirror"
+)
+
+// ErrStopped is returned to a wait the sink can no longer satisfy.
+var ErrStopped = errors.New("sink: stopped")
+
+// waiter is one WaitApplied call.
+type waiter struct {
+	source int
+	stream string
+	off    int64
+	done   chan error
+}
+
+// waiters are the pending WaitApplied calls; the driver wakes them.
+type waiters struct {
+	mu      sync.Mutex
+	list    []*waiter
+	stopped bool
+}
+
+// WaitApplied returns once every message of the source's stream before off
+// is committed (or set aside for good), so a query snapshot taken after it
+// returns includes those transactions.
+func (s *Sink) WaitApplied(ctx context.Context, source int, stream string, off int64) error {
+	if source < 0 || source >= len(s.cfg.Sources) {
+		return fmt.Errorf("sink: no source %d", source)
+	}
+	w := &waiter{source: source, stream: stream, off: off, done: make(chan error, 1)}
+	s.waits.mu.Lock()
+	if s.waits.stopped {
+		s.waits.mu.Unlock()
+		return ErrStopped
+	}
+	s.waits.list = append(s.waits.list, w)
+	s.waits.mu.Unlock()
+	s.wake()
+	select {
+	case err := <-w.done:
+		return err
+	case <-ctx.Done():
+		s.waits.mu.Lock()
+		s.waits.list = slices.DeleteFunc(s.waits.list, func(x *waiter) bool { return x == w })
+		s.waits.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// wake asks the driver to check the waiters now (a new one may already be
+// satisfied).
+func (s *Sink) wake() {
+	select {
+	case s.wakeup <- struct{}{}:
+	default:
+	}
+}
+
+// release ends the waits the core's progress satisfies; on the driver's
+// goroutine.
+func (s *Sink) release(core *mirror.Core) {
+	s.waits.mu.Lock()
+	defer s.waits.mu.Unlock()
+	if len(s.waits.list) == 0 {
+		return
+	}
+	s.waits.list = slices.DeleteFunc(s.waits.list, func(w *waiter) bool {
+		if off, ok := core.Resume(w.source, w.stream); ok && off >= w.off {
+			w.done <- nil
+			return true
+		}
+		return false
+	})
+}
+
+// stopWaits fails every pending and later wait.
+func (s *Sink) stopWaits() {
+	s.waits.mu.Lock()
+	defer s.waits.mu.Unlock()
+	s.waits.stopped = true
+	for _, w := range s.waits.list {
+		w.done <- ErrStopped
+	}
+	s.waits.list = nil
+}
