@@ -37,6 +37,8 @@ func newBenchCommand() *cobra.Command {
 			bench.DefaultE2EConfig(), e2eFlags, bench.E2E),
 		benchSubcommand("soak", "Steady state: a long run at a steady rate with queries and a held read transaction; memory, lake vs live bytes, stale share, freshness and query latency over time",
 			bench.DefaultSoakConfig(), soakFlags, bench.Soak),
+		benchSubcommand("postgres", "PostgreSQL source: pgbench -i, the initial copy, pgbench at full speed with a kill and restart of Retina halfway; lag, invariant, tables equal",
+			bench.DefaultPostgresConfig(), postgresFlags, bench.Postgres),
 		benchSubcommand("crash", "Crash recovery: kill -9 retina serve again and again on a growing source; rows lost or doubled, invariants, restart time",
 			bench.DefaultCrashConfig(), crashFlags, bench.Crash),
 	)
@@ -163,6 +165,17 @@ func soakFlags(f *pflag.FlagSet, cfg *bench.SoakConfig) {
 	f.IntVar(&cfg.FileBlocks, "file-blocks", cfg.FileBlocks, "write-buffer blocks per file (0: the server's default)")
 	f.BoolVar(&cfg.Growing, "growing", cfg.Growing, "let the history tables grow as HyBench's mix does (default: they keep their base size, a steady state)")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
+}
+
+func postgresFlags(f *pflag.FlagSet, cfg *bench.PostgresConfig) {
+	f.IntVar(&cfg.Scale, "scale", cfg.Scale, "pgbench scale factor (100,000 accounts each)")
+	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of the pgbench run")
+	f.IntVar(&cfg.Clients, "clients", cfg.Clients, "pgbench connections")
+	f.BoolVar(&cfg.Kill, "kill", cfg.Kill, "SIGKILL Retina halfway through the run and restart it")
+	f.DurationVar(&cfg.Heartbeat, "heartbeat", cfg.Heartbeat, "how often a heartbeat row is committed (the lag samples)")
+	f.DurationVar(&cfg.CheckEvery, "check-every", cfg.CheckEvery, "how often pgbench's invariant is checked in a Retina snapshot (0: only at the end)")
+	f.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", cfg.CheckpointInterval, "Retina's checkpoint interval")
+	f.StringVar(&cfg.Dir, "dir", "", "work directory to use and keep (data directory, Retina's log); default a temporary one")
 }
 
 func crashFlags(f *pflag.FlagSet, cfg *bench.CrashConfig) {

@@ -93,13 +93,7 @@ func Crash(ctx context.Context, r *Report, cfg CrashConfig) error {
 		return err
 	}
 	defer logFile.Close()
-	tailLog := func() string {
-		data, _ := os.ReadFile(logFile.Name())
-		if len(data) > 3000 {
-			data = data[len(data)-3000:]
-		}
-		return string(data)
-	}
+	tailLog := func() string { return logTail(logFile.Name()) }
 	config, err := writeWorkloadConfig(dir)
 	if err != nil {
 		return err

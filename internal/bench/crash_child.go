@@ -120,3 +120,12 @@ func (c *child) metric(name string) (float64, error) {
 func (c *child) connect(ctx context.Context) (*pgx.Conn, error) {
 	return pgx.Connect(ctx, "postgres://retina@"+c.sqlAddr+"/retina?sslmode=disable")
 }
+
+// logTail is the end of a child's log, for an error message.
+func logTail(path string) string {
+	data, _ := os.ReadFile(path)
+	if len(data) > 3000 {
+		data = data[len(data)-3000:]
+	}
+	return string(data)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,7 +16,8 @@ import (
 	"github.com/retinadb/retina/internal/writebuffer"
 )
 
-// handler serves /metrics (Prometheus text format) and /healthz.
+// handler serves /metrics (Prometheus text format), /healthz and the Go
+// runtime's profiles under /debug/pprof/.
 func (s *Server) handler() http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -29,6 +31,11 @@ func (s *Server) handler() http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	// Profiles for diagnosing a running server, on the metrics address
+	// (loopback unless configured otherwise).
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	return mux
 }
 

@@ -1,0 +1,414 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/retinadb/retina/internal/pgtest"
+)
+
+// PostgresConfig configures `retina bench postgres`.
+type PostgresConfig struct {
+	// Scale is pgbench's scale factor (100,000 accounts each).
+	Scale int
+	// Duration of pgbench's TPC-B-like run, unthrottled; Clients its
+	// connections (pgbench's default is one).
+	Duration time.Duration
+	Clients  int
+	// Kill: SIGKILL Retina halfway through the run and restart it.
+	Kill bool
+	// Heartbeat is how often a heartbeat row is committed for the lag;
+	// CheckEvery how often the invariant is checked (0: only at the end).
+	Heartbeat, CheckEvery time.Duration
+	CheckpointInterval    time.Duration
+	// Command runs retina (default: this executable).
+	Command []string
+	// Dir is the work directory (data directory, logs), kept; by default a
+	// temporary one, removed.
+	Dir string
+}
+
+// DefaultPostgresConfig is the issue's run: scale 10, 30 s, a kill halfway.
+func DefaultPostgresConfig() PostgresConfig {
+	return PostgresConfig{Scale: 10, Duration: 30 * time.Second, Clients: 1, Kill: true, Heartbeat: 20 * time.Millisecond, CheckEvery: 500 * time.Millisecond,
+		CheckpointInterval: time.Second}
+}
+
+// Postgres runs a private PostgreSQL, loads it with pgbench -i, starts
+// retina serve on it (the initial copy), then runs pgbench at full speed
+// with a heartbeat table while it checks pgbench's invariant in every
+// sampled Retina snapshot, kills Retina halfway and restarts it, and at the
+// end compares every table with PostgreSQL's.
+func Postgres(ctx context.Context, r *Report, cfg PostgresConfig) error {
+	if len(cfg.Command) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		cfg.Command = []string{exe}
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "retina-bench-postgres-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	cl, err := pgtest.Start(ctx, pgtest.Options{Durable: true, Settings: []string{"max_wal_size = 4GB", "checkpoint_timeout = 30min"}})
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	r.Printf("PostgreSQL on 127.0.0.1:%d; pgbench -i -s %d", cl.Port, cfg.Scale)
+	if _, err := cl.Run(ctx, "postgres", "pgbench", "-i", "-q", "-s", strconv.Itoa(cfg.Scale)); err != nil {
+		return err
+	}
+	pg, err := pgx.Connect(ctx, cl.DSN("postgres"))
+	if err != nil {
+		return err
+	}
+	defer pg.Close(context.Background())
+	if _, err := pg.Exec(ctx, `CREATE TABLE retina_heartbeat (id bigint PRIMARY KEY, ts timestamptz NOT NULL)`); err != nil {
+		return err
+	}
+	var copyRows int64
+	if err := pg.QueryRow(ctx, `SELECT (SELECT count(*) FROM pgbench_accounts) + (SELECT count(*) FROM pgbench_tellers) +
+		(SELECT count(*) FROM pgbench_branches) + (SELECT count(*) FROM pgbench_history)`).Scan(&copyRows); err != nil {
+		return err
+	}
+	logPath := filepath.Join(dir, "retina.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	tailLog := func() string { return logTail(logPath) }
+	args := []string{"serve", "--data", filepath.Join(dir, "data"), "--source", cl.DSN("postgres") + "&slot=bench&publication=bench",
+		"--sql-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--checkpoint-interval", cfg.CheckpointInterval.String(), "--log-format", "json"}
+	start := func() (*child, *pgx.Conn, error) {
+		c, err := startChild(cfg.Command, nil, args, logFile)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := c.waitServing(2 * time.Minute); err != nil {
+			c.kill()
+			return nil, nil, fmt.Errorf("%w; retina's log ends:\n%s", err, tailLog())
+		}
+		conn, err := c.connect(ctx)
+		if err != nil {
+			c.kill()
+			return nil, nil, err
+		}
+		return c, conn, nil
+	}
+	// waitLSN returns once Retina shows every commit PostgreSQL made so far.
+	waitLSN := func(conn *pgx.Conn) error {
+		var lsn string
+		if err := pg.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+			return err
+		}
+		var ok bool
+		return conn.QueryRow(ctx, fmt.Sprintf("SELECT retina_wait_lsn('%s', 600)", lsn)).Scan(&ok)
+	}
+
+	began := time.Now()
+	c, retina, err := start()
+	if err != nil {
+		return err
+	}
+	defer func() { c.kill() }()
+	if err := waitLSN(retina); err != nil {
+		return fmt.Errorf("initial copy: %w; retina's log ends:\n%s", err, tailLog())
+	}
+	copySecs := time.Since(began).Seconds()
+	r.Printf("initial copy: %d rows queryable %.1fs after start (%.0f rows/s)", copyRows, copySecs, float64(copyRows)/copySecs)
+	r.Set("snapshot_rows", copyRows)
+	r.Set("snapshot_rows_per_sec", int64(float64(copyRows)/copySecs))
+
+	// pgbench, the heartbeat, the lag prober and the invariant checker run
+	// together; the main goroutine kills and restarts Retina halfway.
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	var wg sync.WaitGroup
+	var pgbenchOut []byte
+	var pgbenchErr error
+	wg.Go(func() {
+		pgbenchOut, pgbenchErr = cl.Run(ctx, "postgres", "pgbench", "-n", "-c", strconv.Itoa(cfg.Clients), "-j", "2",
+			"-T", strconv.Itoa(int(cfg.Duration.Seconds())))
+		stopRun()
+	})
+	var mu sync.Mutex // guards cur, the outage and the figures below
+	cur := c
+	var outageFrom, outageTo time.Time
+	var lags []time.Duration
+	heartbeats, invariantFailures, checks := 0, 0, 0
+	// retinaConn keeps a connection to whichever Retina process runs.
+	retinaConn := func(ctx context.Context, conn **pgx.Conn) bool {
+		if *conn != nil {
+			return true
+		}
+		mu.Lock()
+		ch := cur
+		mu.Unlock()
+		if ch == nil || !ch.alive() {
+			return false
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		*conn, _ = ch.connect(cctx)
+		return *conn != nil
+	}
+	drop := func(conn **pgx.Conn) {
+		if *conn != nil {
+			(*conn).Close(context.Background())
+			*conn = nil
+		}
+	}
+	// The heartbeat commits a row, then waits in Retina for the commit
+	// (retina_wait_lsn): the lag is from PostgreSQL's acknowledgement of the
+	// commit to a Retina snapshot that shows it.
+	wg.Go(func() {
+		hpg, err := pgx.Connect(runCtx, cl.DSN("postgres"))
+		if err != nil {
+			return
+		}
+		defer hpg.Close(context.Background())
+		var conn *pgx.Conn
+		defer drop(&conn)
+		for id := int64(1); runCtx.Err() == nil; id++ {
+			if _, err := hpg.Exec(runCtx, "INSERT INTO retina_heartbeat VALUES ($1, clock_timestamp())", id); err != nil {
+				return
+			}
+			acked := time.Now()
+			// After the commit, the WAL position is past its commit record.
+			var lsn string
+			if err := hpg.QueryRow(runCtx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+				return
+			}
+			mu.Lock()
+			heartbeats++
+			mu.Unlock()
+			if retinaConn(runCtx, &conn) {
+				var ok bool
+				wctx, cancel := context.WithTimeout(runCtx, 10*time.Second)
+				err := conn.QueryRow(wctx, fmt.Sprintf("SELECT retina_wait_lsn('%s', 10)", lsn)).Scan(&ok)
+				cancel()
+				seen := time.Now()
+				if err != nil {
+					drop(&conn)
+				} else {
+					mu.Lock()
+					// A heartbeat committed before the restart caught up waited
+					// out the outage: that is restart_catch_up_s, not the lag.
+					if outageFrom.IsZero() || acked.Before(outageFrom) && seen.Before(outageFrom) || !outageTo.IsZero() && acked.After(outageTo) {
+						lags = append(lags, seen.Sub(acked))
+					}
+					mu.Unlock()
+				}
+			}
+			select {
+			case <-time.After(cfg.Heartbeat):
+			case <-runCtx.Done():
+			}
+		}
+	})
+	// The checker samples Retina snapshots for pgbench's invariant.
+	wg.Go(func() {
+		var conn *pgx.Conn
+		defer drop(&conn)
+		for runCtx.Err() == nil && cfg.CheckEvery > 0 {
+			select {
+			case <-time.After(cfg.CheckEvery):
+			case <-runCtx.Done():
+				return
+			}
+			if !retinaConn(runCtx, &conn) {
+				continue
+			}
+			ok, err := pgbenchInvariant(runCtx, conn)
+			if err != nil {
+				drop(&conn)
+				continue
+			}
+			mu.Lock()
+			checks++
+			if !ok {
+				invariantFailures++
+			}
+			mu.Unlock()
+		}
+	})
+	restartCatchUp := 0.0
+	kills := 0
+	if cfg.Kill {
+		select {
+		case <-time.After(cfg.Duration / 2):
+		case <-runCtx.Done():
+		}
+		if runCtx.Err() == nil {
+			mu.Lock()
+			outageFrom = time.Now()
+			cur.kill()
+			cur = nil
+			mu.Unlock()
+			kills++
+			retina.Close(context.Background())
+			nc, nconn, err := start()
+			if err != nil {
+				stopRun()
+				wg.Wait()
+				return fmt.Errorf("restart after the kill: %w", err)
+			}
+			mu.Lock()
+			cur, c = nc, nc
+			mu.Unlock()
+			retina = nconn
+			if err := waitLSN(retina); err != nil {
+				stopRun()
+				wg.Wait()
+				return fmt.Errorf("catch up after the kill: %w; retina's log ends:\n%s", err, tailLog())
+			}
+			mu.Lock()
+			outageTo = time.Now()
+			restartCatchUp = outageTo.Sub(outageFrom).Seconds()
+			mu.Unlock()
+			r.Printf("killed retina (SIGKILL) halfway; restarted and caught up in %.2fs", restartCatchUp)
+		}
+	}
+	<-runCtx.Done()
+	ended := time.Now()
+	wg.Wait()
+	if pgbenchErr != nil {
+		return pgbenchErr
+	}
+	if err := waitLSN(retina); err != nil {
+		return fmt.Errorf("catch up after pgbench: %w", err)
+	}
+	catchUp := time.Since(ended).Seconds()
+	tps := 0.0
+	if m := regexp.MustCompile(`tps = ([0-9.]+)`).FindSubmatch(pgbenchOut); m != nil {
+		tps, _ = strconv.ParseFloat(string(m[1]), 64)
+	}
+	var streamRows int64
+	if err := pg.QueryRow(ctx, `SELECT count(*) FROM pgbench_history`).Scan(&streamRows); err != nil {
+		return err
+	}
+	// Each pgbench transaction changes four rows (three updates and a
+	// history insert); the heartbeat adds one row each.
+	streamRows = 4*streamRows + int64(heartbeats)
+	ok, err := pgbenchInvariant(ctx, retina)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		invariantFailures++
+	}
+	diffs, err := comparePgbench(ctx, pg, retina)
+	if err != nil {
+		return err
+	}
+	// The slot confirms what a checkpoint made durable; give it a few
+	// checkpoint intervals.
+	var slotLag int64
+	for deadline := time.Now().Add(10 * cfg.CheckpointInterval); ; time.Sleep(100 * time.Millisecond) {
+		if err := pg.QueryRow(ctx, `SELECT pg_current_wal_lsn() - confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'bench'`).Scan(&slotLag); err != nil {
+			return err
+		}
+		if slotLag < 1<<20 || time.Now().After(deadline) {
+			break
+		}
+	}
+	slices.Sort(lags)
+	p50, p99 := durationPercentileMS(lags, 50), durationPercentileMS(lags, 99)
+	r.Printf("pgbench: %.0f tps for %s with %d clients; retina applied %d row changes (%.0f/s)", tps, cfg.Duration, cfg.Clients,
+		streamRows, float64(streamRows)/(cfg.Duration.Seconds()+catchUp))
+	r.Printf("lag over %d heartbeats: p50 %.1f ms, p99 %.1f ms; caught up %.2fs after pgbench ended", len(lags), p50, p99, catchUp)
+	r.Printf("invariant checked in %d snapshots, %d failures; %d tables differ; slot confirmed within %d bytes of the WAL", checks+1, invariantFailures, diffs, slotLag)
+	r.Set("pgbench_tps", tps)
+	r.Set("stream_rows_per_sec", int64(float64(streamRows)/(cfg.Duration.Seconds()+catchUp)))
+	r.Set("lag_p50_ms", p50)
+	r.Set("lag_p99_ms", p99)
+	r.Set("catch_up_s", catchUp)
+	r.Set("invariant_checks", checks+1)
+	r.Set("invariant_failures", invariantFailures)
+	r.Set("tables_differing", diffs)
+	r.Set("slot_lag_bytes", slotLag)
+	r.Set("kills", kills)
+	r.Set("restart_catch_up_s", restartCatchUp)
+	if diffs > 0 || invariantFailures > 0 {
+		return errors.Join(fmt.Errorf("%d tables differ from PostgreSQL's, %d invariant failures; retina's log ends:\n%s", diffs, invariantFailures, tailLog()))
+	}
+	return nil
+}
+
+// pgbenchInvariant checks, in one snapshot, that the balances agree:
+// sum(abalance) = sum(tbalance) = sum(bbalance) = sum(delta).
+func pgbenchInvariant(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var a, t, b, h int64
+	err := conn.QueryRow(qctx, `SELECT (SELECT coalesce(sum(abalance), 0) FROM pgbench_accounts)::bigint, (SELECT coalesce(sum(tbalance), 0) FROM pgbench_tellers)::bigint,
+		(SELECT coalesce(sum(bbalance), 0) FROM pgbench_branches)::bigint, (SELECT coalesce(sum(delta), 0) FROM pgbench_history)::bigint`,
+		pgx.QueryExecModeSimpleProtocol).Scan(&a, &t, &b, &h)
+	if err != nil {
+		return false, err
+	}
+	return a == t && t == b && b == h, nil
+}
+
+// comparePgbench counts the pgbench tables whose rows differ between
+// PostgreSQL and Retina.
+func comparePgbench(ctx context.Context, pg, retina *pgx.Conn) (int, error) {
+	queries := []string{
+		"SELECT aid, bid, abalance FROM pgbench_accounts ORDER BY aid",
+		"SELECT tid, bid, tbalance FROM pgbench_tellers ORDER BY tid",
+		"SELECT bid, bbalance FROM pgbench_branches ORDER BY bid",
+		"SELECT tid, bid, aid, delta FROM pgbench_history ORDER BY tid, bid, aid, delta",
+		"SELECT id FROM retina_heartbeat ORDER BY id",
+	}
+	diffs := 0
+	for _, q := range queries {
+		want, err := allRows(ctx, pg, q)
+		if err != nil {
+			return 0, err
+		}
+		got, err := allRows(ctx, retina, q)
+		if err != nil {
+			return 0, err
+		}
+		if !slices.Equal(want, got) {
+			diffs++
+		}
+	}
+	return diffs, nil
+}
+
+// allRows renders a query's rows as one string each.
+func allRows(ctx context.Context, conn *pgx.Conn, q string) ([]string, error) {
+	rows, err := conn.Query(ctx, q, pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", q, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, fmt.Sprint(vals...))
+	}
+	return out, rows.Err()
+}
