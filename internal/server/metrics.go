@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/retinadb/retina/internal/cdc/postgres"
 	"github.com/retinadb/retina/internal/sink"
 	"github.com/retinadb/retina/internal/txn"
 	"github.com/retinadb/retina/internal/writebuffer"
@@ -39,7 +40,52 @@ func (s *Server) handler() http.Handler {
 	return mux
 }
 
+// registerSourceMetrics adds the figures of each PostgreSQL source,
+// labelled with its name.
+func (s *Server) registerSourceMetrics(reg *prometheus.Registry) {
+	for i, src := range s.sources {
+		if src.pg == nil {
+			continue
+		}
+		labels := prometheus.Labels{"source": sourceName(src.uri)}
+		gauge := func(name, help string, f func(st postgres.Stats) float64) {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "retina", Name: name, Help: help, ConstLabels: labels},
+				func() float64 { return f(src.pg.Stats()) }))
+		}
+		applied := func(st postgres.Stats) uint64 {
+			if off, ok := s.sink.Applied(i, src.pg.Stream()); ok {
+				return uint64(off)
+			}
+			return st.Confirmed
+		}
+		gauge("source_lag_bytes", "WAL the server has written that Retina has not yet applied (server WAL end minus the applied position).", func(st postgres.Stats) float64 {
+			return float64(st.ServerWALEnd - min(st.ServerWALEnd, applied(st)))
+		})
+		gauge("source_lag_seconds", "Now minus the commit time of the newest applied transaction while received transactions wait to be applied, else 0.", func(st postgres.Stats) float64 {
+			if applied(st) >= st.Received {
+				return 0
+			}
+			newest := s.IngestStats().LastSourceMS
+			if newest == 0 {
+				return 0
+			}
+			return max(0, float64(time.Now().UnixMilli()-newest)/1000)
+		})
+		gauge("source_slot_retained_bytes", "WAL the replication slot keeps on the server (current position minus restart_lsn; polled every 10 s).",
+			func(st postgres.Stats) float64 { return float64(st.SlotRetainedBytes) })
+		gauge("source_confirmed_lsn", "Flush LSN the slot was told: what a durable replay checkpoint covers.",
+			func(st postgres.Stats) float64 { return float64(st.Confirmed) })
+		gauge("source_snapshot_rows", "Rows of the initial copy delivered so far.", func(st postgres.Stats) float64 { return float64(st.SnapshotRows) })
+		gauge("source_snapshot_rows_estimate", "Rows PostgreSQL estimates the published tables hold (for the copy's ETA).",
+			func(st postgres.Stats) float64 { return float64(st.SnapshotRowsEstimate) })
+		gauge("source_snapshot_tables", "Published tables the initial copy covers.", func(st postgres.Stats) float64 { return float64(st.SnapshotTables) })
+		gauge("source_snapshot_tables_done", "Tables the initial copy has finished.", func(st postgres.Stats) float64 { return float64(st.SnapshotTablesDone) })
+		gauge("source_reconnects", "Replication sessions started again after a failure.", func(st postgres.Stats) float64 { return float64(st.Reconnects) })
+	}
+}
+
 func (s *Server) registerMetrics(reg *prometheus.Registry) {
+	s.registerSourceMetrics(reg)
 	watermark := func(pick func(w txn.Watermarks) float64) func() float64 {
 		return func() float64 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -3,6 +3,8 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"reflect"
 	"strings"
 	"testing"
@@ -236,5 +238,18 @@ func TestPostgresSource(t *testing.T) {
 	}
 	if got := textRows(t, retina, "SELECT count(*) FROM hist"); !strings.HasPrefix(got[0][0], "303") {
 		t.Fatalf("hist has %v rows, want 303", got)
+	}
+	// The source's figures are on the metrics endpoint, labelled with the
+	// URI (no password in it).
+	resp, err := http.Get("http://" + r.srv.HTTPAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, name := range []string{"retina_source_lag_bytes", "retina_source_lag_seconds", "retina_source_slot_retained_bytes", "retina_source_confirmed_lsn"} {
+		if !strings.Contains(string(body), name+`{source="postgres://retina@127.0.0.1:`) {
+			t.Errorf("metrics lack %s for the source", name)
+		}
 	}
 }

@@ -136,6 +136,11 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 		if err != nil {
 			return nil, err
 		}
+		for i, src := range s.sources {
+			if src.pg != nil {
+				s.sink.Watch(i, src.pg.Stream())
+			}
+		}
 	}
 	waiter.s.Store(s)
 	if s.pg, err = pgwire.Listen(cfg.SQLAddr, node.Engine, log); err != nil {

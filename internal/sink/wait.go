@@ -21,11 +21,40 @@ type waiter struct {
 	done   chan error
 }
 
-// waiters are the pending WaitApplied calls; the driver wakes them.
+// waiters are the pending WaitApplied calls, which the driver wakes, and
+// the watched streams' resume offsets, which it publishes.
 type waiters struct {
 	mu      sync.Mutex
 	list    []*waiter
 	stopped bool
+	watched map[streamKey]int64
+}
+
+type streamKey struct {
+	source int
+	stream string
+}
+
+// Watch makes Applied report a stream's progress.
+func (s *Sink) Watch(source int, stream string) {
+	s.waits.mu.Lock()
+	defer s.waits.mu.Unlock()
+	if s.waits.watched == nil {
+		s.waits.watched = map[streamKey]int64{}
+	}
+	if _, ok := s.waits.watched[streamKey{source, stream}]; !ok {
+		s.waits.watched[streamKey{source, stream}] = -1
+	}
+	s.wake()
+}
+
+// Applied is where a watched stream resumes: every message before it is
+// committed. ok is false before the stream has delivered anything.
+func (s *Sink) Applied(source int, stream string) (off int64, ok bool) {
+	s.waits.mu.Lock()
+	defer s.waits.mu.Unlock()
+	off, ok = s.waits.watched[streamKey{source, stream}]
+	return off, ok && off >= 0
 }
 
 // WaitApplied returns once every message of the source's stream before off
@@ -69,6 +98,11 @@ func (s *Sink) wake() {
 func (s *Sink) release(core *mirror.Core) {
 	s.waits.mu.Lock()
 	defer s.waits.mu.Unlock()
+	for k := range s.waits.watched {
+		if off, ok := core.Resume(k.source, k.stream); ok {
+			s.waits.watched[k] = off
+		}
+	}
 	if len(s.waits.list) == 0 {
 		return
 	}

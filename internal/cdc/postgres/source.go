@@ -38,6 +38,10 @@ type Stats struct {
 	ServerWALEnd, Received, Confirmed uint64
 	// LastCommit is the commit time of the newest transaction delivered.
 	LastCommit time.Time
+	// SlotRetainedBytes is the WAL the slot keeps on the server (current
+	// position minus restart_lsn), as last polled; SlotChecked when.
+	SlotRetainedBytes int64
+	SlotChecked       time.Time
 	// Reconnects counts replication sessions started after a failure.
 	Reconnects int64
 }
@@ -67,7 +71,7 @@ type Source struct {
 		tables, tablesDone, rows, rowsEstimate, reconnects atomic.Int64
 		copyDone                                           atomic.Bool
 		walEnd, received                                   atomic.Uint64
-		lastCommit                                         atomic.Int64
+		lastCommit, slotRetained, slotChecked              atomic.Int64
 	}
 }
 
@@ -243,8 +247,11 @@ func (s *Source) Stats() Stats {
 		SnapshotRows: s.stats.rows.Load(), SnapshotRowsEstimate: s.stats.rowsEstimate.Load(),
 		SnapshotDone: s.stats.copyDone.Load(), ServerWALEnd: s.stats.walEnd.Load(), Received: s.stats.received.Load(),
 		Confirmed: s.confirmed.Load(), Reconnects: s.stats.reconnects.Load()}
-	if ms := s.stats.lastCommit.Load(); ms != 0 {
-		st.LastCommit = time.UnixMicro(ms)
+	if us := s.stats.lastCommit.Load(); us != 0 {
+		st.LastCommit = time.UnixMicro(us)
+	}
+	if us := s.stats.slotChecked.Load(); us != 0 {
+		st.SlotRetainedBytes, st.SlotChecked = s.stats.slotRetained.Load(), time.UnixMicro(us)
 	}
 	return st
 }

@@ -47,13 +47,17 @@ func (s *Source) stream(ctx context.Context, conn *pgx.Conn, rc *pgconn.PgConn) 
 	}
 	s.log.Info("streaming changes", "slot", s.opts.Slot, "from", s.next.String())
 	st := &streamer{s: s, conn: conn, tm: newTypeMap(), rels: map[uint32]*table{}}
-	nextStatus := time.Now()
+	nextStatus, nextSlotCheck := time.Now(), time.Now()
 	for {
 		if !time.Now().Before(nextStatus) {
 			if err := s.sendStatus(ctx, rc); err != nil {
 				return err
 			}
 			nextStatus = time.Now().Add(statusEvery)
+		}
+		if !time.Now().Before(nextSlotCheck) {
+			s.checkSlot(ctx, conn)
+			nextSlotCheck = time.Now().Add(slotCheckEvery)
 		}
 		rctx, cancel := context.WithDeadline(ctx, nextStatus)
 		raw, err := rc.ReceiveMessage(rctx)
@@ -102,6 +106,24 @@ func (s *Source) stream(ctx context.Context, conn *pgx.Conn, rc *pgconn.PgConn) 
 			}
 		}
 	}
+}
+
+// slotCheckEvery is how often the WAL the slot retains is polled.
+const slotCheckEvery = 10 * time.Second
+
+// checkSlot polls how much WAL the slot keeps; a failure only leaves the
+// figure stale (the stream's own errors end the session).
+func (s *Source) checkSlot(ctx context.Context, conn *pgx.Conn) {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var retained int64
+	err := conn.QueryRow(qctx, `SELECT coalesce(pg_current_wal_lsn() - restart_lsn, 0)::bigint FROM pg_replication_slots WHERE slot_name = $1`, s.opts.Slot).Scan(&retained)
+	if err != nil {
+		s.log.Warn("could not read the slot's retained WAL", "slot", s.opts.Slot, "err", err)
+		return
+	}
+	s.stats.slotRetained.Store(retained)
+	s.stats.slotChecked.Store(time.Now().UnixMicro())
 }
 
 func (s *Source) seenWAL(lsn pglogrepl.LSN) {
