@@ -77,6 +77,10 @@ type Record struct {
 	Key    []any // primary key in key-column order, when the message had one
 	Before []any // full rows in the table's column order, nil when absent
 	After  []any
+	// Unchanged lists columns of an update's After that the source did not
+	// send (PostgreSQL's unchanged TOAST values): they keep the current
+	// version's value.
+	Unchanged []int
 	// TxID is the normalised source transaction id ("" without metadata);
 	// TotalOrder orders a change within its transaction.
 	TxID       string

@@ -55,15 +55,20 @@ func (r *Replayer) Apply(ctx context.Context, b Batch) error {
 	ops := b.Ops
 	for start := 0; start < len(ops); {
 		end := start
-		for end < len(ops) && ops[end].Kind != Truncate {
+		for end < len(ops) && ops[end].Kind != Truncate && (end == start || len(ops[end].Unchanged) == 0) {
 			end++
+		}
+		if len(ops[start].Unchanged) > 0 { // its row reads what came before it
+			if err := r.fillUnchanged(ctx, &ops[start]); err != nil {
+				return err
+			}
 		}
 		if end > start {
 			if err := r.applyRun(ctx, u, ops[start:end]); err != nil {
 				return err
 			}
 		}
-		if end < len(ops) { // a truncate sees everything before it applied
+		if end < len(ops) && ops[end].Kind == Truncate { // a truncate sees everything before it applied
 			if err := r.truncate(ctx, u, b, &ops[end]); err != nil {
 				return err
 			}
@@ -71,6 +76,64 @@ func (r *Replayer) Apply(ctx context.Context, b Batch) error {
 		}
 		start = end
 	}
+	return nil
+}
+
+// fillUnchanged completes an update's after image with the columns it
+// keeps, read from the version the primary index points to now: the
+// operations before it in the bucket are applied, committed or not.
+func (r *Replayer) fillUnchanged(ctx context.Context, op *Op) error {
+	fail := func(err error) error {
+		name := fmt.Sprint(op.Table)
+		if st, terr := r.table(op.Table); terr == nil {
+			name = st.table.Name
+		}
+		return &OpError{Table: name, Kind: op.Kind, TS: op.TS, Key: op.Key, Err: err}
+	}
+	if op.Kind != Update {
+		return fail(fmt.Errorf("%s cannot keep unchanged columns", op.Kind))
+	}
+	st, err := r.table(op.Table)
+	if err != nil {
+		return fail(err)
+	}
+	if r.cfg.Rows == nil {
+		return fail(errors.New("the update keeps unchanged columns, and this replayer cannot read stored rows"))
+	}
+	if len(op.Row) != len(st.cols) {
+		return fail(fmt.Errorf("after image has %d values for %d columns", len(op.Row), len(st.cols)))
+	}
+	keyVals := op.Key
+	if keyVals == nil {
+		keyVals = pick(op.Row, st.keys)
+	}
+	k, err := r.cfg.Index.Key(st.table.PrimaryIndexID, keyVals...)
+	if err != nil {
+		return fail(err)
+	}
+	rowID, found, err := r.cfg.Index.Lookup(ctx, k, op.TS)
+	if err != nil {
+		return fmt.Errorf("replay: index lookup: %w", err)
+	}
+	if !found {
+		return fail(fmt.Errorf("%w: update of a key that has no live row", index.ErrConflict))
+	}
+	f, ok := r.cfg.Catalog.Snapshot().File(rowID >> 32)
+	if !ok {
+		return fmt.Errorf("replay: row %d of %s is in file %d, which the catalog does not have", rowID, st.table.Name, rowID>>32)
+	}
+	cur, err := r.cfg.Rows.ReadRow(ctx, st.table, f, uint32(rowID))
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	row := append([]any(nil), op.Row...)
+	for _, c := range op.Unchanged {
+		if c < 0 || c >= len(row) || c >= len(cur) {
+			return fail(fmt.Errorf("unchanged column %d of %d", c, len(row)))
+		}
+		row[c] = cur[c]
+	}
+	op.Row, op.Unchanged = row, nil
 	return nil
 }
 

@@ -75,6 +75,10 @@ type Op struct {
 	// Before is the before image; needed only for tables with secondary
 	// indexes, to remove the old version's entries.
 	Before []any
+	// Unchanged lists the columns of an update whose value the source did
+	// not send (PostgreSQL's unchanged TOAST values): they keep the value of
+	// the row's current version.
+	Unchanged []int
 }
 
 // ErrOp is wrapped by every error about a single operation.
@@ -121,7 +125,15 @@ type Config struct {
 	BlockCache *writebuffer.BlockCache
 	// Failpoints reach into flushes and combinations (crash tests).
 	Failpoints *failpoint.Set
-	Logger     *slog.Logger
+	// Rows reads a stored version by its location, for updates that keep
+	// unchanged columns (nil: such updates fail).
+	Rows   RowReader
+	Logger *slog.Logger
+}
+
+// RowReader reads one stored version of a row, every column.
+type RowReader interface {
+	ReadRow(ctx context.Context, t *catalog.Table, f *catalog.File, offset uint32) ([]any, error)
 }
 
 // Stats count what the replayer did.

@@ -183,9 +183,11 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	if cfg.BlockCacheBytes > 0 {
 		n.BlockCache = writebuffer.NewBlockCache(cfg.BlockCacheBytes)
 	}
+	n.Scanner = scan.New(n.Lake, n.owner, nil)
 	for id := range cfg.Replayers {
 		rp, err := replay.New(replay.Config{ID: uint32(id), Catalog: n.Catalog, Index: n.Index, Lake: n.Lake,
-			BlockRows: cfg.BlockRows, FileBlocks: cfg.FileBlocks, BlockCache: n.BlockCache, Failpoints: cfg.Failpoints, Logger: cfg.Logger})
+			BlockRows: cfg.BlockRows, FileBlocks: cfg.FileBlocks, BlockCache: n.BlockCache, Failpoints: cfg.Failpoints,
+			Rows: n.Scanner, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}
@@ -198,7 +200,6 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 		n.log.Info("restored the replay state from its checkpoint", "checkpoint_ts", r.Checkpoint, "taken", r.Written,
 			"clean_stop", r.Clean, "files_dropped", r.Dropped, "files_combined", r.Combined, "took", r.Duration.Round(time.Millisecond))
 	}
-	n.Scanner = scan.New(n.Lake, n.owner, nil)
 	if n.Engine, err = query.Open(ctx, query.Config{Catalog: n.Catalog, Txn: n.Txn, Scanner: n.Scanner, Threads: cfg.QueryThreads,
 		IdleInTransactionTimeout: cfg.IdleInTransactionTimeout, Waiter: cfg.Waiter, Logger: cfg.Logger}); err != nil {
 		return nil, err

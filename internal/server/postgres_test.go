@@ -103,7 +103,7 @@ func textRows(t *testing.T, c *pgx.Conn, q string) [][]string {
 
 // caughtUp waits, through retina_wait_lsn, until Retina shows every
 // commit PostgreSQL has made so far.
-func caughtUp(t *testing.T, pg, retina *pgx.Conn) {
+func caughtUp(t *testing.T, r *pgRun, pg, retina *pgx.Conn) {
 	t.Helper()
 	var lsn string
 	if err := pg.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
@@ -111,7 +111,7 @@ func caughtUp(t *testing.T, pg, retina *pgx.Conn) {
 	}
 	var ok bool
 	if err := retina.QueryRow(context.Background(), fmt.Sprintf("SELECT retina_wait_lsn('%s', 60)", lsn)).Scan(&ok); err != nil || !ok {
-		t.Fatalf("retina_wait_lsn(%s): %v %v", lsn, ok, err)
+		t.Fatalf("retina_wait_lsn(%s): %v %v (ingestion: %v)", lsn, ok, err, r.srv.Failure())
 	}
 }
 
@@ -148,11 +148,13 @@ func TestPostgresSource(t *testing.T) {
 		`CREATE TABLE hist (acct int, delta int, at timestamp DEFAULT now())`,
 		`CREATE TABLE doc (id int PRIMARY KEY, n int, body text)`,
 		`ALTER TABLE doc REPLICA IDENTITY FULL`,
+		`CREATE TABLE note (id int PRIMARY KEY, n int, body text)`, // REPLICA IDENTITY DEFAULT
 		`INSERT INTO acct SELECT i, 'owner ' || i, i * 1.25 FROM generate_series(1, 3000) i`,
 		`INSERT INTO branch SELECT i, 'b' || i FROM generate_series(1, 10) i`,
 		`INSERT INTO teller SELECT i, 1 + i % 10 FROM generate_series(1, 50) i`,
 		`INSERT INTO hist (acct, delta) SELECT i % 7, i FROM generate_series(1, 200) i`,
 		`INSERT INTO doc SELECT i, 0, (SELECT string_agg(md5(i::text || g::text), '') FROM generate_series(1, 300) g) FROM generate_series(1, 5) i`,
+		`INSERT INTO note SELECT i, 0, (SELECT string_agg(md5(i::text || g::text), '') FROM generate_series(1, 300) g) FROM generate_series(1, 5) i`,
 	)
 	queries := map[string]string{
 		"acct":   "SELECT id, owner, bal FROM acct ORDER BY id",
@@ -160,12 +162,13 @@ func TestPostgresSource(t *testing.T) {
 		"teller": "SELECT id, branch FROM teller ORDER BY id",
 		"hist":   "SELECT acct, delta FROM hist ORDER BY acct, delta",
 		"doc":    "SELECT id, n, length(body), md5(body) FROM doc ORDER BY id",
+		"note":   "SELECT id, n, length(body), md5(body) FROM note ORDER BY id",
 	}
 	dir := t.TempDir()
 	source := dsn + "&slot=retina_test&publication=retina_test"
 	r := startRetina(t, dir, source)
 	retina := connect(t, "postgres://retina@"+r.srv.SQLAddr()+"/retina?sslmode=disable")
-	caughtUp(t, pg, retina)
+	caughtUp(t, r, pg, retina)
 	sameTables(t, pg, retina, queries)
 
 	exec(t, pg,
@@ -175,13 +178,15 @@ func TestPostgresSource(t *testing.T) {
 		`UPDATE acct SET id = id + 100000 WHERE id <= 20`, // primary-key change
 		`INSERT INTO hist (acct, delta) VALUES (1, -5), (1, -5)`,
 		`COMMIT`,
-		`UPDATE doc SET n = n + 1`, // body is an unchanged TOAST value
+		`UPDATE doc SET n = n + 1`,                // body is an unchanged TOAST value, in the old row
+		`UPDATE note SET n = n + 1`,               // … not sent: the replayer reads the current version
+		`UPDATE note SET n = n + 1 WHERE id <= 2`, // … of a version written in the same batch
 		`TRUNCATE branch, teller`,
 		`INSERT INTO branch VALUES (1, 'again')`,
 		`TRUNCATE branch CASCADE`, // teller too
 		`INSERT INTO branch VALUES (2, 'after cascade')`,
 	)
-	caughtUp(t, pg, retina)
+	caughtUp(t, r, pg, retina)
 	sameTables(t, pg, retina, queries)
 
 	// Retina stops; PostgreSQL goes on; Retina restarts from its checkpoint.
@@ -190,11 +195,12 @@ func TestPostgresSource(t *testing.T) {
 		`INSERT INTO acct SELECT i, 'late ' || i, 0 FROM generate_series(5001, 5500) i`,
 		`INSERT INTO hist (acct, delta) SELECT 9, i FROM generate_series(1, 100) i`,
 		`DELETE FROM acct WHERE id BETWEEN 100 AND 200`,
+		`UPDATE note SET n = n + 10`, // the current versions are in regular files now
 	)
 	r = startRetina(t, dir, source)
 	defer r.close(t)
 	retina = connect(t, "postgres://retina@"+r.srv.SQLAddr()+"/retina?sslmode=disable")
-	caughtUp(t, pg, retina)
+	caughtUp(t, r, pg, retina)
 	sameTables(t, pg, retina, queries)
 
 	// PostgreSQL restarts under Retina: the source reconnects.
@@ -212,7 +218,7 @@ func TestPostgresSource(t *testing.T) {
 		`UPDATE acct SET bal = 7 WHERE id > 5400`,
 		`INSERT INTO hist (acct, delta) VALUES (3, 3)`,
 	)
-	caughtUp(t, pg, retina)
+	caughtUp(t, r, pg, retina)
 	sameTables(t, pg, retina, queries)
 
 	// The slot confirms what the checkpoints made durable: it reaches the

@@ -380,6 +380,14 @@ func toOps(c cdc.Record, t *catalog.Table) ([]replay.Op, error) {
 		if oldKey == nil {
 			oldKey = newKey
 		}
+		if len(c.Unchanged) > 0 {
+			// The current version is read in the key's bucket; a moved row's
+			// new key may belong to another.
+			if !sameKey(oldKey, newKey) {
+				return nil, fmt.Errorf("update of %s changes the primary key and leaves columns unsent: the new row cannot be completed", t.Name)
+			}
+			return []replay.Op{{Table: t.ID, Kind: replay.Update, Key: newKey, Row: c.After, Before: c.Before, Unchanged: c.Unchanged}}, nil
+		}
 		if !sameKey(oldKey, newKey) {
 			return []replay.Op{
 				{Table: t.ID, Kind: replay.Delete, Key: oldKey, Before: c.Before},

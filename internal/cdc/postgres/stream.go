@@ -180,7 +180,7 @@ func (st *streamer) handle(ctx context.Context, m pglogrepl.Message) error {
 		if err != nil {
 			return err
 		}
-		row, err := st.row(t, m.Tuple, nil, "insert")
+		row, err := st.fullRow(t, m.Tuple, "insert")
 		if err != nil {
 			return err
 		}
@@ -198,7 +198,7 @@ func (st *streamer) handle(ctx context.Context, m pglogrepl.Message) error {
 		}
 		var old []any
 		if m.OldTuple != nil {
-			if old, err = st.row(t, m.OldTuple, nil, "update (old row)"); err != nil {
+			if old, err = st.fullRow(t, m.OldTuple, "update (old row)"); err != nil {
 				return err
 			}
 		}
@@ -207,11 +207,17 @@ func (st *streamer) handle(ctx context.Context, m pglogrepl.Message) error {
 		if full {
 			base = old
 		}
-		row, err := st.row(t, m.NewTuple, base, "update")
+		row, unchanged, err := st.row(t, m.NewTuple, base, "update")
 		if err != nil {
 			return err
 		}
-		r := cdc.Record{Op: cdc.OpUpdate, After: row}
+		if len(unchanged) > 0 && m.OldTupleType == pglogrepl.UpdateMessageTupleTypeKey {
+			// The key moved: the row's current version may be in another
+			// bucket than the new one, so the replayer cannot complete it.
+			return fatal(fmt.Errorf("postgres source %s: update of %s at %s changes the key and leaves TOASTed column %s unchanged, which PostgreSQL does not send; run ALTER TABLE %s REPLICA IDENTITY FULL so the old row carries it",
+				s.opts.Display, t, st.tx.pos, t.retina.Schema.Columns[unchanged[0]].Name, pgx.Identifier{t.Namespace, t.Name}.Sanitize()))
+		}
+		r := cdc.Record{Op: cdc.OpUpdate, After: row, Unchanged: unchanged}
 		if old != nil {
 			r.Key = pick(old, t.keyPos)
 		}
@@ -230,7 +236,7 @@ func (st *streamer) handle(ctx context.Context, m pglogrepl.Message) error {
 		if m.OldTuple == nil {
 			return fatal(fmt.Errorf("postgres source %s: delete from %s at %s carries no old key (REPLICA IDENTITY NOTHING?)", s.opts.Display, t, st.tx.pos))
 		}
-		old, err := st.row(t, m.OldTuple, nil, "delete")
+		old, err := st.fullRow(t, m.OldTuple, "delete")
 		if err != nil {
 			return err
 		}
@@ -352,39 +358,50 @@ func sameSet(a, b []string) bool {
 	return true
 }
 
-// row turns a tuple into a Retina row. Unchanged TOAST values come from
-// base, the old row, which PostgreSQL sends under REPLICA IDENTITY FULL.
-func (st *streamer) row(t *table, tup *pglogrepl.TupleData, base []any, what string) ([]any, error) {
+// fullRow is row for a tuple that must carry every value.
+func (st *streamer) fullRow(t *table, tup *pglogrepl.TupleData, what string) ([]any, error) {
+	row, unchanged, err := st.row(t, tup, nil, what)
+	if err == nil && len(unchanged) > 0 {
+		err = fatal(fmt.Errorf("postgres source %s: %s of %s at %s: column %s was not sent", st.s.opts.Display, what, t, st.tx.pos, t.retina.Schema.Columns[unchanged[0]].Name))
+	}
+	return row, err
+}
+
+// row turns a tuple into a Retina row. An unchanged TOAST value comes from
+// base, the old row PostgreSQL sends under REPLICA IDENTITY FULL; without
+// it, its Retina column is listed in unchanged, for the replayer to take
+// from the row's current version.
+func (st *streamer) row(t *table, tup *pglogrepl.TupleData, base []any, what string) (row []any, unchanged []int, err error) {
 	s := st.s
 	if tup == nil || len(tup.Columns) != len(t.Cols) {
 		n := 0
 		if tup != nil {
 			n = len(tup.Columns)
 		}
-		return nil, fatal(fmt.Errorf("postgres source %s: %s of %s at %s: %d values for %d columns", s.opts.Display, what, t, st.tx.pos, n, len(t.Cols)))
+		return nil, nil, fatal(fmt.Errorf("postgres source %s: %s of %s at %s: %d values for %d columns", s.opts.Display, what, t, st.tx.pos, n, len(t.Cols)))
 	}
-	row := make([]any, len(t.retina.Schema.Columns))
+	row = make([]any, len(t.retina.Schema.Columns))
 	for i, c := range tup.Columns {
 		j := t.pos[i]
 		switch c.DataType {
 		case pglogrepl.TupleDataTypeNull:
 		case pglogrepl.TupleDataTypeToast:
 			if base == nil {
-				return nil, fatal(fmt.Errorf("postgres source %s: %s of %s at %s: column %s is an unchanged TOAST value PostgreSQL did not send; run ALTER TABLE %s REPLICA IDENTITY FULL so the old row carries it",
-					s.opts.Display, what, t, st.tx.pos, t.Cols[i].Name, pgx.Identifier{t.Namespace, t.Name}.Sanitize()))
+				unchanged = append(unchanged, j)
+				continue
 			}
 			row[j] = base[j]
 		case pglogrepl.TupleDataTypeText:
 			v, err := st.tm.value(&t.Cols[i], c.Data)
 			if err != nil {
-				return nil, fatal(fmt.Errorf("postgres source %s: %s of %s (Retina table %s) at %s: %w", s.opts.Display, what, t, t.retina.Name, st.tx.pos, err))
+				return nil, nil, fatal(fmt.Errorf("postgres source %s: %s of %s (Retina table %s) at %s: %w", s.opts.Display, what, t, t.retina.Name, st.tx.pos, err))
 			}
 			row[j] = v
 		default:
-			return nil, fatal(fmt.Errorf("postgres source %s: %s of %s at %s: column %s in format %q", s.opts.Display, what, t, st.tx.pos, t.Cols[i].Name, c.DataType))
+			return nil, nil, fatal(fmt.Errorf("postgres source %s: %s of %s at %s: column %s in format %q", s.opts.Display, what, t, st.tx.pos, t.Cols[i].Name, c.DataType))
 		}
 	}
-	return row, nil
+	return row, unchanged, nil
 }
 
 func pick(row []any, at []int) []any {

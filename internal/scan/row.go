@@ -1,0 +1,110 @@
+package scan
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/lake"
+)
+
+// ReadRow reads one stored version of a table's row, every column, from
+// where it is: a write-buffer block in memory, a flushed block, or a
+// regular file. The version is whatever is stored at that location,
+// visible to a snapshot or not (a replayer reads the version its index
+// points to, committed or in flight).
+func (sc *Scanner) ReadRow(ctx context.Context, t *catalog.Table, f *catalog.File, offset uint32) ([]any, error) {
+	cols := make([]int, len(t.Schema.Columns))
+	for i := range cols {
+		cols[i] = i
+	}
+	row, err := sc.readRow(ctx, t, f, offset, cols)
+	if err != nil {
+		return nil, fmt.Errorf("scan: read row %d of %s file %d: %w", offset, t.Name, f.ID, err)
+	}
+	return row, nil
+}
+
+func (sc *Scanner) readRow(ctx context.Context, t *catalog.Table, f *catalog.File, offset uint32, cols []int) ([]any, error) {
+	key := f.Key
+	if f.State == catalog.Virtual {
+		o, err := sc.owner(f)
+		if err != nil {
+			return nil, err
+		}
+		buf, err := o.Buffer(t.ID)
+		if err != nil {
+			return nil, err
+		}
+		view := buf.View(f.ID)
+		defer view.Release()
+		fv := view.Files[0]
+		if !fv.Regular {
+			for _, b := range fv.Blocks {
+				if offset < b.First || offset >= b.First+uint32(b.Rows) {
+					continue
+				}
+				i := int(offset - b.First)
+				if b.Records != nil {
+					for _, rec := range b.Records {
+						if n := int(rec.NumRows()); i >= n {
+							i -= n
+							continue
+						}
+						return rowOf(rec, i, cols)
+					}
+					return nil, fmt.Errorf("block at %d holds fewer rows than it says", b.First)
+				}
+				return sc.readRowIn(ctx, b.Key, i, cols)
+			}
+			return nil, fmt.Errorf("no block of the file holds it")
+		}
+		key = fv.Key
+	}
+	return sc.readRowIn(ctx, key, int(offset), cols)
+}
+
+// readRowIn reads row i of a Parquet object.
+func (sc *Scanner) readRowIn(ctx context.Context, key string, i int, cols []int) ([]any, error) {
+	r, err := sc.lake.ReaderAt(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	pf, err := lake.OpenFile(r, sc.mem)
+	if err != nil {
+		return nil, err
+	}
+	defer pf.Close()
+	for g, meta := range pf.RowGroups() {
+		if n := int(meta.Rows); i >= n {
+			i -= n
+			continue
+		}
+		rec, err := pf.ReadRowGroup(ctx, g, cols, false)
+		if err != nil {
+			return nil, err
+		}
+		defer rec.Release()
+		return rowOf(rec, i, cols)
+	}
+	return nil, fmt.Errorf("object %s has fewer rows", key)
+}
+
+// rowOf is row i of a record's first len(cols) columns; a buffered record
+// carries every table column, in order, so cols index it directly.
+func rowOf(rec arrow.RecordBatch, i int, cols []int) ([]any, error) {
+	row := make([]any, len(cols))
+	for j, c := range cols {
+		if c >= int(rec.NumCols()) {
+			return nil, fmt.Errorf("record has %d columns, column %d wanted", rec.NumCols(), c)
+		}
+		v, err := Value(rec.Column(c), i)
+		if err != nil {
+			return nil, err
+		}
+		row[j] = v
+	}
+	return row, nil
+}
