@@ -669,7 +669,9 @@ func (c *Core) Tick(lwm uint64) {
 		t.compact()
 	}
 	c.ckpt.ticks++
-	if n := c.cfg.CheckpointTicks; n > 0 && c.ckpt.ticks >= n && (c.ckpt.commits > 0 || c.ckpt.wanted || c.ckpt.handled) {
+	// Before the first commit there is no state to capture (HWM 0): a
+	// checkpoint then would stop dispatch for good.
+	if n := c.cfg.CheckpointTicks; n > 0 && c.ckpt.ticks >= n && (c.ckpt.commits > 0 || c.ckpt.wanted || c.ckpt.handled) && c.stats.HWM > 0 {
 		c.startCheckpoint()
 	}
 	c.maybePersist()

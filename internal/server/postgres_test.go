@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -32,7 +34,11 @@ func startRetina(t *testing.T, dir, source string) *pgRun {
 	cfg.CheckpointInterval = time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := server.Start(ctx, cfg, server.Options{Logger: servertest.Quiet()})
+	lg := servertest.Quiet()
+	if os.Getenv("DEBUGLOG") != "" {
+		lg = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	srv, err := server.Start(ctx, cfg, server.Options{Logger: lg})
 	if err != nil {
 		t.Fatal(err)
 	}
