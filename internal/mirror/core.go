@@ -64,6 +64,11 @@ type Config struct {
 	// MaxInflight bounds the transactions holding timestamps and not yet
 	// committed (default 8192): it bounds what the buckets have queued.
 	MaxInflight int
+	// MaxPartOps bounds the operations of later parts sent to buckets and
+	// not yet applied (default 65536): the back-pressure that keeps a
+	// transaction proposed in parts from filling memory when the buckets
+	// are slower than its source.
+	MaxPartOps int
 	// MaxQueued bounds the assembled transactions waiting for timestamps
 	// (default 4096); CanPropose is false at it.
 	MaxQueued int
@@ -102,6 +107,17 @@ type Txn struct {
 	// source commit time (ms) among them, 0 if unknown.
 	Rows     int
 	SourceMS int64
+	// Open says more parts of this transaction follow; Part numbers them
+	// (0: the first, or the whole transaction). A large transaction whose
+	// source sends it whole and in commit order can be proposed in parts
+	// as it arrives, so no part of the pipeline holds all of it: the parts
+	// share the first part's timestamp, and it commits once the last
+	// (Open false) is applied. A later part carries only its own operations
+	// and positions. A transaction in parts that a rollback aborts cannot
+	// be proposed again (its earlier parts are gone): under the dead-letter
+	// policy the driver proposes transactions whole.
+	Open bool
+	Part int
 	// Invalid, when set, says the transaction cannot be turned into
 	// operations (a change the catalog cannot place): it fails in its
 	// place in the order, as if a bucket had refused it.
@@ -179,7 +195,15 @@ var ErrUnclean = errors.New("replay state is not clean")
 type inflight struct {
 	txn     Txn
 	ts      uint64
-	pending int // buckets that have not applied it yet
+	pending int // sends to buckets not yet applied
+	parts   int // parts proposed after the first
+}
+
+// sentOps is one send to a bucket not yet applied.
+type sentOps struct {
+	ts   uint64
+	ops  int
+	part bool // of a later part: counts toward MaxPartOps
 }
 
 type rollback struct {
@@ -187,6 +211,7 @@ type rollback struct {
 	waiting map[int]bool
 	err     error
 	system  bool
+	quiet   bool // of an unfinished transaction at a stop: no error, nothing set aside
 }
 
 // Core is the state machine. It is not safe for concurrent use: one driver
@@ -200,7 +225,8 @@ type Core struct {
 	requested int   // timestamps asked for and not granted yet
 	inflight  []*inflight
 	byTS      map[uint64]*inflight
-	sent      [][]uint64           // per bucket: timestamps sent and not applied, ascending
+	sent      [][]sentOps          // per bucket: sends not applied, in order (timestamps ascending)
+	partOps   int                  // operations of later parts sent and not applied
 	acking    map[uint64]*inflight // commit decided, acknowledgement pending
 
 	rb       *rollback
@@ -254,11 +280,14 @@ func New(cfg Config) (*Core, error) {
 	if cfg.MaxInflight <= 0 {
 		cfg.MaxInflight = 8192
 	}
+	if cfg.MaxPartOps <= 0 {
+		cfg.MaxPartOps = 1 << 16
+	}
 	if cfg.MaxQueued <= 0 {
 		cfg.MaxQueued = 4096
 	}
 	c := &Core{cfg: cfg, ended: make([]bool, len(cfg.Start)), byTS: map[uint64]*inflight{},
-		sent: make([][]uint64, cfg.Buckets), acking: map[uint64]*inflight{}}
+		sent: make([][]sentOps, cfg.Buckets), acking: map[uint64]*inflight{}}
 	for range cfg.Start {
 		c.committed = append(c.committed, map[string]int64{})
 	}
@@ -270,7 +299,9 @@ func New(cfg Config) (*Core, error) {
 }
 
 // CanPropose says whether the core takes another transaction now.
-func (c *Core) CanPropose() bool { return len(c.queue) < c.cfg.MaxQueued && !c.closed }
+func (c *Core) CanPropose() bool {
+	return len(c.queue) < c.cfg.MaxQueued && c.partOps < c.cfg.MaxPartOps && !c.closed
+}
 
 // Stats returns the counters.
 func (c *Core) Stats() Stats { return c.stats }
@@ -335,16 +366,89 @@ func (c *Core) Propose(txn Txn) error {
 	}
 	if t.duplicate(txn.ID, txn.Positions) {
 		t.done(txn.Positions)
-		c.stats.Duplicates++
+		if txn.Part == 0 {
+			c.stats.Duplicates++
+		}
 		return nil
 	}
 	if c.closed {
 		return nil // left unapplied: a restart reads it again
 	}
+	if txn.Part > 0 {
+		return c.proposePart(txn)
+	}
 	c.stats.Proposed++
 	c.queue = append(c.queue, txn)
 	c.maybeRequest()
 	return nil
+}
+
+// proposePart adds a later part to its open transaction: to the queued
+// first part while it waits for its timestamp, else straight to the
+// buckets at that timestamp.
+func (c *Core) proposePart(part Txn) error {
+	for i := len(c.queue) - 1; i >= 0; i-- {
+		q := &c.queue[i]
+		if q.Source != part.Source || q.ID != part.ID {
+			continue
+		}
+		if !q.Open {
+			return fmt.Errorf("mirror: part %d of transaction %s after its last", part.Part, part.ID)
+		}
+		q.Ops = mergeOps(q.Ops, part.Ops)
+		c.joinPart(q, part)
+		return nil
+	}
+	for _, f := range c.inflight {
+		if f.txn.Source != part.Source || f.txn.ID != part.ID {
+			continue
+		}
+		if !f.txn.Open {
+			return fmt.Errorf("mirror: part %d of transaction %s after its last", part.Part, part.ID)
+		}
+		c.joinPart(&f.txn, part)
+		f.parts++
+		switch {
+		case c.rb != nil && f.ts >= c.rb.from:
+			// Being rolled back: the transaction is aborted whole.
+		case part.Invalid != nil:
+			f.pending++ // never applied: it holds back the commits above it
+			c.startRollback(f.ts, part.Invalid, false)
+		default:
+			c.send(f, part.Ops)
+		}
+		c.commitReady()
+		c.maybePersist()
+		return nil
+	}
+	// Not queued and not in flight: the rollback that aborted it is
+	// stopping ingestion, or a restart will read it again.
+	return nil
+}
+
+// joinPart records a later part on its transaction.
+func (c *Core) joinPart(txn *Txn, part Txn) {
+	txn.Open = part.Open
+	txn.Positions = append(txn.Positions, part.Positions...)
+	txn.Rows += part.Rows
+	txn.SourceMS = max(txn.SourceMS, part.SourceMS)
+	if txn.Invalid == nil {
+		txn.Invalid = part.Invalid
+	}
+}
+
+// mergeOps appends b's operations to a's, bucket by bucket, buckets
+// ascending.
+func mergeOps(a, b []BucketOps) []BucketOps {
+	for _, bo := range b {
+		i, found := slices.BinarySearchFunc(a, bo.Bucket, func(x BucketOps, bucket int) int { return x.Bucket - bucket })
+		if found {
+			a[i].Ops = append(a[i].Ops, bo.Ops...)
+		} else {
+			a = slices.Insert(a, i, bo)
+		}
+	}
+	return a
 }
 
 // maybeRequest asks for timestamps for the head of the queue.
@@ -402,13 +506,30 @@ func (c *Core) dispatch(txn Txn, ts uint64) {
 		c.startRollback(ts, txn.Invalid, false)
 		return
 	}
+	f.pending = 0
+	c.send(f, txn.Ops)
+}
+
+// send hands a transaction's operations (all, or one part's) to their
+// buckets.
+func (c *Core) send(f *inflight, ops []BucketOps) {
 	stable := c.hwm()
-	for _, b := range txn.Ops {
+	part := f.parts > 0
+	for _, b := range ops {
 		for i := range b.Ops {
-			b.Ops[i].TS = ts
+			b.Ops[i].TS = f.ts
 		}
-		c.ready.Sends = append(c.ready.Sends, Send{Bucket: b.Bucket, TS: ts, TxnID: txn.ID, Ops: b.Ops, Stable: stable})
-		c.sent[b.Bucket] = append(c.sent[b.Bucket], ts)
+		c.ready.Sends = append(c.ready.Sends, Send{Bucket: b.Bucket, TS: f.ts, TxnID: f.txn.ID, Ops: b.Ops, Stable: stable})
+		c.sent[b.Bucket] = append(c.sent[b.Bucket], sentOps{ts: f.ts, ops: len(b.Ops), part: part})
+		if part {
+			c.partOps += len(b.Ops)
+		}
+		f.pending++
+	}
+	// Later parts bring their own operations: the first part's need not be
+	// kept.
+	if f.txn.Open {
+		f.txn.Ops = nil
 	}
 }
 
@@ -429,15 +550,41 @@ func (c *Core) Applied(bucket int, through uint64) error {
 	}
 	q := c.sent[bucket]
 	i := 0
-	for i < len(q) && q[i] <= through {
-		if f := c.byTS[q[i]]; f != nil {
-			f.pending--
-		}
+	for i < len(q) && q[i].ts <= through {
 		i++
 	}
-	c.sent[bucket] = slices.Delete(q, 0, i)
-	c.commitReady()
+	c.popSent(bucket, i)
 	return nil
+}
+
+// AppliedSends reports that a bucket applied its next n sends, in the
+// order they were handed out. Unlike Applied it tells the sends of one
+// timestamp apart: a transaction proposed in parts sends a bucket more than
+// once at its timestamp.
+func (c *Core) AppliedSends(bucket, n int) error {
+	if bucket < 0 || bucket >= c.cfg.Buckets {
+		return fmt.Errorf("mirror: bucket %d of %d", bucket, c.cfg.Buckets)
+	}
+	if n < 0 || n > len(c.sent[bucket]) {
+		return fmt.Errorf("mirror: bucket %d applied %d sends, %d are outstanding", bucket, n, len(c.sent[bucket]))
+	}
+	c.popSent(bucket, n)
+	return nil
+}
+
+// popSent marks a bucket's first n outstanding sends applied.
+func (c *Core) popSent(bucket, n int) {
+	q := c.sent[bucket]
+	for _, s := range q[:n] {
+		if f := c.byTS[s.ts]; f != nil {
+			f.pending--
+		}
+		if s.part {
+			c.partOps -= s.ops
+		}
+	}
+	c.sent[bucket] = slices.Delete(q, 0, n)
+	c.commitReady()
 }
 
 // Failed reports that a bucket could not apply the transaction at ts; it
@@ -497,12 +644,18 @@ func (c *Core) RolledBack(bucket int, from uint64, err error) error {
 	for b := range c.sent {
 		c.sent[b] = c.sent[b][:0]
 	}
+	c.partOps = 0
 	for _, f := range aborted {
 		c.ready.Abort = append(c.ready.Abort, f.ts)
 	}
 	c.stats.Aborted += uint64(len(aborted))
 	c.stats.HWM = max(c.stats.HWM, aborted[len(aborted)-1].ts+1)
 	c.rb = nil
+	if rb.quiet {
+		c.maybePersist()
+		c.checkDone()
+		return nil
+	}
 	terr := &TxnError{Source: failed.txn.Source, ID: failed.txn.ID, TS: failed.ts, Positions: failed.txn.Positions, System: rb.system, Err: rb.err}
 	if rb.system || c.cfg.Policy == Fail {
 		c.stop(terr)
@@ -516,6 +669,10 @@ func (c *Core) RolledBack(bucket int, from uint64, err error) error {
 	if !c.draining {
 		again := make([]Txn, 0, len(aborted)-1+len(c.queue))
 		for _, f := range aborted[1:] {
+			if f.parts > 0 || f.txn.Open {
+				c.stop(fmt.Errorf("transaction %s, proposed in parts, was rolled back behind %s and cannot be proposed again: a restart redoes it from the source", f.txn.ID, failed.txn.ID))
+				return nil
+			}
 			again = append(again, f.txn)
 		}
 		c.queue = append(again, c.queue...)
@@ -533,7 +690,7 @@ func (c *Core) commitReady() {
 	n := 0
 	for n < len(c.inflight) {
 		f := c.inflight[n]
-		if f.pending > 0 || c.rb != nil && f.ts >= c.rb.from {
+		if f.pending > 0 || f.txn.Open || c.rb != nil && f.ts >= c.rb.from {
 			break
 		}
 		c.ready.Commit = append(c.ready.Commit, f.ts)
@@ -774,9 +931,22 @@ func (c *Core) Drain(err error) {
 	}
 	c.closed, c.draining = true, true
 	c.queue = nil
+	// A transaction still arriving in parts cannot finish: it is rolled
+	// back, and the next start reads it again from the source.
+	for _, f := range c.inflight {
+		if f.txn.Open {
+			c.startRollback(f.ts, errUnfinished, false)
+			c.rb.quiet = true
+			break
+		}
+	}
 	c.maybePersist()
 	c.checkDone()
 }
+
+// errUnfinished is why a transaction proposed in parts is rolled back when
+// ingestion stops before its last part.
+var errUnfinished = errors.New("ingestion stopped before the transaction's last part")
 
 // stop drains with an error.
 func (c *Core) stop(err error) { c.Drain(err) }

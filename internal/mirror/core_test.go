@@ -86,6 +86,9 @@ func runCommand(wp **world, cmd string, a map[string]string, input string) error
 		if err != nil {
 			return err
 		}
+		if nw.parts, err = intArg(a, "parts", 1); err != nil {
+			return err
+		}
 		if w != nil {
 			nw.out = w.out
 		}

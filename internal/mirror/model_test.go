@@ -52,8 +52,13 @@ func TestModelReplaysScripts(t *testing.T) {
 func randomHistory(rng *rand.Rand) history {
 	policy := []string{"fail", "dead-letter"}[rng.IntN(2)]
 	buckets := 1 + rng.IntN(4)
-	h := history{init: fmt.Sprintf("init buckets=%d policy=%s group=%d inflight=%d queued=%d checkpoint-ticks=%d checkpoint-commits=%d",
-		buckets, policy, 1+rng.IntN(4), 2+rng.IntN(8), 1+rng.IntN(6), 1+rng.IntN(2), rng.IntN(3)*3)}
+	// Under the fail policy the driver may propose transactions in parts.
+	parts := 1
+	if policy == "fail" {
+		parts = 1 + rng.IntN(3)
+	}
+	h := history{init: fmt.Sprintf("init buckets=%d policy=%s group=%d inflight=%d queued=%d checkpoint-ticks=%d checkpoint-commits=%d parts=%d",
+		buckets, policy, 1+rng.IntN(4), 2+rng.IntN(8), 1+rng.IntN(6), 1+rng.IntN(2), rng.IntN(3)*3, parts)}
 	n := 5 + rng.IntN(30)
 	live := map[int64]bool{}
 	at := int64(1)

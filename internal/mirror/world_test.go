@@ -85,6 +85,8 @@ type world struct {
 	core   *Core
 	source []srcTxn // what the source holds, in commit order
 	cursor int      // next source transaction to deliver
+	parts  int      // propose transactions of two or more operations in up to this many parts
+	later  []Txn    // parts of the last transaction not proposed yet
 	readTo int      // source transactions before it were read (their messages seen)
 	ids    map[string]int
 
@@ -193,6 +195,12 @@ func (w *world) exec(r Ready) {
 
 // deliver reads the next source transaction and proposes it.
 func (w *world) deliver() bool {
+	if len(w.later) > 0 { // the next part, after whatever happened since the last
+		part := w.later[0]
+		w.later = w.later[1:]
+		w.event(fmt.Sprintf("propose %s part %d", part.ID, part.Part), func() error { return w.core.Propose(part) })
+		return true
+	}
 	if w.cursor >= len(w.source) || !w.core.CanPropose() {
 		return false
 	}
@@ -221,8 +229,49 @@ func (w *world) deliver() bool {
 		w.event(fmt.Sprintf("read %s", posList(txn.Positions)), func() error { return w.core.Read(0, txn.Positions) })
 		w.readTo = w.cursor
 	}
+	if n := min(w.parts, len(t.ops)); n > 1 && txn.Invalid == nil {
+		parts := splitTxn(txn, t, n, w.cfg.Buckets)
+		w.later = parts[1:]
+		w.event(fmt.Sprintf("propose %s part 0", t.id), func() error { return w.core.Propose(parts[0]) })
+		return true
+	}
 	w.event(fmt.Sprintf("propose %s", t.id), func() error { return w.core.Propose(txn) })
 	return true
+}
+
+// splitTxn cuts a transaction into n parts by operation order, as a driver
+// proposing a large transaction while it arrives does; the last part
+// carries the END's position.
+func splitTxn(txn Txn, t srcTxn, n, buckets int) []Txn {
+	parts := make([]Txn, n)
+	per := (len(t.ops) + n - 1) / n
+	cursor := map[int]int{} // per bucket: operations handed out so far
+	for i := range parts {
+		from, to := min(i*per, len(t.ops)), min((i+1)*per, len(t.ops))
+		p := Txn{ID: txn.ID, Part: i, Open: i < n-1, Rows: to - from, Positions: txn.Positions[from:to]}
+		if i == n-1 {
+			p.Positions = txn.Positions[from:]
+		}
+		counts := map[int]int{}
+		for _, o := range t.ops[from:to] {
+			if o.kind == replay.Truncate {
+				for b := range buckets {
+					counts[b]++
+				}
+				continue
+			}
+			counts[int(o.key)%buckets]++
+		}
+		for _, bo := range txn.Ops {
+			if k := counts[bo.Bucket]; k > 0 {
+				c := cursor[bo.Bucket]
+				p.Ops = append(p.Ops, BucketOps{Bucket: bo.Bucket, Ops: bo.Ops[c : c+k]})
+				cursor[bo.Bucket] = c + k
+			}
+		}
+		parts[i] = p
+	}
+	return parts
 }
 
 // peek reads the messages of the next transaction not read yet without
@@ -287,7 +336,7 @@ func (w *world) step(b int) bool {
 			return true
 		}
 	}
-	w.event(fmt.Sprintf("applied b=%d through=%d", b, s.TS), func() error { return w.core.Applied(b, s.TS) })
+	w.event(fmt.Sprintf("applied b=%d through=%d", b, s.TS), func() error { return w.core.AppliedSends(b, 1) })
 	return true
 }
 
@@ -524,6 +573,7 @@ func (w *world) rewindTo(sources []Checkpoint, rewind int) {
 	}
 	w.cursor = max(0, w.cursor-rewind)
 	w.readTo = w.cursor
+	w.later = nil // a transaction cut short is read again whole
 }
 
 // visible is the state at snapshot HWM − 1.

@@ -637,14 +637,14 @@ func (d *driver) bucketLoop(bucket int, r Replayer, q *bucketQueue) {
 				ops = append(ops, items[j].send.Ops...)
 				stable = max(stable, items[j].send.Stable)
 			}
-			first, last := items[i].send.TS, items[j-1].send.TS
+			first, sends := items[i].send.TS, j-i
 			i = j
 			if failed || d.work.Err() != nil {
 				continue
 			}
 			err := r.Apply(d.work, replay.Batch{Bucket: bucket, Buckets: s.cfg.Buckets, Ops: ops, Stable: stable})
 			if err == nil {
-				d.send(func(c *mirror.Core) error { return c.Applied(bucket, last) })
+				d.send(func(c *mirror.Core) error { return c.AppliedSends(bucket, sends) })
 				continue
 			}
 			failed = true
