@@ -43,6 +43,14 @@ type Source interface {
 	Close() error
 }
 
+// Contiguous is implemented by sources that deliver each transaction's
+// records together and in commit order, never interleaved with another's
+// (a database's own replication protocol). The sink may then apply a large
+// transaction in parts as it arrives, in bounded memory.
+type Contiguous interface {
+	Contiguous() bool
+}
+
 // Op is a Debezium operation.
 type Op byte
 

@@ -429,7 +429,11 @@ func (c *Core) proposePart(part Txn) error {
 // joinPart records a later part on its transaction.
 func (c *Core) joinPart(txn *Txn, part Txn) {
 	txn.Open = part.Open
-	txn.Positions = append(txn.Positions, part.Positions...)
+	for _, p := range part.Positions { // a position repeated part after part is kept once
+		if n := len(txn.Positions); n == 0 || txn.Positions[n-1] != p {
+			txn.Positions = append(txn.Positions, p)
+		}
+	}
 	txn.Rows += part.Rows
 	txn.SourceMS = max(txn.SourceMS, part.SourceMS)
 	if txn.Invalid == nil {

@@ -52,6 +52,12 @@ type intake struct {
 	// for the messages before the resume offset.
 	resume  map[string]int64
 	applied map[string]bool
+	// contiguous: the source sends each transaction whole and in commit
+	// order, so large ones are proposed in parts (not under the
+	// dead-letter policy, which must be able to propose a transaction
+	// again whole); open is the one arriving.
+	contiguous bool
+	open       *partial
 }
 
 func newIntake(s *Sink, source int, src cdc.Source, start mirror.Checkpoint) *intake {
@@ -61,6 +67,9 @@ func newIntake(s *Sink, source int, src cdc.Source, start mirror.Checkpoint) *in
 		resume: start.Resume, applied: map[string]bool{}}
 	for _, a := range start.Applied {
 		in.applied[a.ID] = true
+	}
+	if c, ok := src.(cdc.Contiguous); ok && c.Contiguous() && s.cfg.BadInput != DeadLetter {
+		in.contiguous = true
 	}
 	return in
 }
@@ -265,6 +274,13 @@ func (in *intake) decodeOne(ctx context.Context, m cdc.Message, rec cdc.Record, 
 	}
 	if in.s.cfg.BadInput == DeadLetter {
 		rec.Raw = &m // kept to write the whole transaction if it is set aside
+	}
+	if in.contiguous {
+		if took, err := in.inParts(rec); err != nil {
+			return fmt.Errorf("sink: %s: %w", m.Pos, err)
+		} else if took {
+			return nil
+		}
 	}
 	if err := in.asm.add(rec); err != nil {
 		return fmt.Errorf("sink: %s: %w", m.Pos, err)

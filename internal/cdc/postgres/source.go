@@ -221,6 +221,10 @@ func (s *Source) Commit(_ context.Context, resume map[string]int64) error {
 	return nil
 }
 
+// Contiguous: pgoutput sends each transaction whole at its commit, in
+// commit order (cdc.Contiguous).
+func (s *Source) Contiguous() bool { return true }
+
 // Stream names the stream whose offsets are LSNs: a commit is applied
 // once the stream resumes at or after its end.
 func (s *Source) Stream() string { return s.main }
