@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -28,16 +27,17 @@ type pgRun struct {
 
 func startRetina(t *testing.T, dir, source string) *pgRun {
 	t.Helper()
+	return startRetinaLogged(t, dir, source, servertest.Quiet())
+}
+
+func startRetinaLogged(t *testing.T, dir, source string, lg *slog.Logger) *pgRun {
+	t.Helper()
 	cfg := server.DefaultConfig()
 	cfg.DataDir, cfg.SQLAddr, cfg.HTTPAddr = dir, "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Sources = []string{source}
 	cfg.CheckpointInterval = time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	lg := servertest.Quiet()
-	if os.Getenv("DEBUGLOG") != "" {
-		lg = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
 	srv, err := server.Start(ctx, cfg, server.Options{Logger: lg})
 	if err != nil {
 		t.Fatal(err)
