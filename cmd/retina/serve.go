@@ -63,7 +63,7 @@ exactly where it stopped.`,
 	f.StringVar(&sf.configFile, "config", "", "YAML configuration file")
 	f.StringVar(&c.DataDir, "data", c.DataDir, "data directory (catalog, index, transaction state, default lake)")
 	f.StringVar(&c.Lake, "lake", "", "lake bucket URL (default file://<data>/lake)")
-	f.StringArrayVar(&c.Sources, "source", nil, "change source URI, repeatable: file:PATH, file:-, kafka://HOST:PORT?topics=…")
+	f.StringArrayVar(&c.Sources, "source", nil, "change source URI, repeatable: file:PATH, file:-, kafka://HOST:PORT?topics=…, postgres://USER@HOST:PORT/DB?slot=…&publication=…")
 	f.StringVar(&c.SourceEOF, "source-eof", c.SourceEOF, "at the end of a file source: follow (keep reading as it grows) or stop")
 	f.StringVar(&c.SQLAddr, "sql-addr", c.SQLAddr, "PostgreSQL wire protocol endpoint")
 	f.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP endpoint for /metrics and /healthz")

@@ -20,7 +20,7 @@ import (
 func OpenURI(uri string, follow bool, resume map[string]int64) (Source, error) {
 	scheme, rest, ok := strings.Cut(uri, ":")
 	if !ok {
-		return nil, fmt.Errorf("cdc: source %q: want file:PATH or kafka://BROKERS?topics=…", uri)
+		return nil, fmt.Errorf("cdc: source %q: want file:PATH, kafka://BROKERS?topics=… or postgres://USER@HOST:PORT/DB", uri)
 	}
 	switch scheme {
 	case "file":
@@ -49,5 +49,5 @@ func OpenURI(uri string, follow bool, resume map[string]int64) (Source, error) {
 		}
 		return OpenKafka(opts)
 	}
-	return nil, fmt.Errorf("cdc: source %q: unknown scheme %q (file or kafka)", uri, scheme)
+	return nil, fmt.Errorf("cdc: source %q: unknown scheme %q (file, kafka or postgres)", uri, scheme)
 }
