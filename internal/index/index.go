@@ -76,6 +76,25 @@ type Key struct {
 // Bytes is the encoded key (see AppendKey); do not modify it.
 func (k Key) Bytes() []byte { return k.enc }
 
+// AppendBinary appends the key's binary form: whether its index is unique,
+// then its encoding.
+func (k Key) AppendBinary(dst []byte) ([]byte, error) {
+	flag := byte(0)
+	if k.unique {
+		flag = 1
+	}
+	return append(append(dst, flag), k.enc...), nil
+}
+
+// UnmarshalBinary reads what AppendBinary wrote.
+func (k *Key) UnmarshalBinary(b []byte) error {
+	if len(b) < 1 || b[0] > 1 {
+		return fmt.Errorf("index: a key's binary form starts with 0 or 1")
+	}
+	k.unique, k.enc = b[0] == 1, append([]byte(nil), b[1:]...)
+	return nil
+}
+
 // entryKey is the SPI entry the op addresses: the key, plus the row id for
 // non-unique indexes.
 func (k Key) entryKey(dst []byte, rowID uint64) []byte {

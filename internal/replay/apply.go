@@ -52,6 +52,19 @@ func (r *Replayer) Apply(ctx context.Context, b Batch) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.forget(b.Stable)
+	if err := u.forgetSpill(b.Stable); err != nil {
+		r.log.Warn("could not remove an undo spill file", "bucket", b.Bucket, "err", err)
+	}
+	err := r.applyOps(ctx, u, b)
+	if serr := u.spillIfLarge(r.cfg.UndoDir, r.cfg.UndoInMemory); serr != nil && err == nil {
+		err = serr // the bucket must be rolled back: its undo records are not all kept
+	}
+	return err
+}
+
+// applyOps applies a batch's operations, runs between truncates and
+// updates that read the current version.
+func (r *Replayer) applyOps(ctx context.Context, u *undoLog, b Batch) error {
 	ops := b.Ops
 	for start := 0; start < len(ops); {
 		end := start

@@ -127,8 +127,13 @@ type Config struct {
 	Failpoints *failpoint.Set
 	// Rows reads a stored version by its location, for updates that keep
 	// unchanged columns (nil: such updates fail).
-	Rows   RowReader
-	Logger *slog.Logger
+	Rows RowReader
+	// UndoInMemory bounds the undo records a bucket keeps in memory
+	// (default 32768; negative: no bound); older ones go to a file in
+	// UndoDir (default the system's temporary directory).
+	UndoInMemory int
+	UndoDir      string
+	Logger       *slog.Logger
 }
 
 // RowReader reads one stored version of a row, every column.
@@ -180,6 +185,9 @@ func New(cfg Config) (*Replayer, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.UndoInMemory == 0 {
+		cfg.UndoInMemory = 1 << 15
 	}
 	return &Replayer{
 		cfg:    cfg,

@@ -67,8 +67,10 @@ func newEnv(t testing.TB, backend string, blockRows, fileBlocks int) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A tiny undo bound: batches of a few operations spill their older
+	// undo records to disk, so every rollback here reads some back.
 	rp, err := replay.New(replay.Config{ID: 1, Catalog: cat, Index: idx, Lake: store,
-		BlockRows: blockRows, FileBlocks: fileBlocks, FlushWorkers: 2, Logger: quiet()})
+		BlockRows: blockRows, FileBlocks: fileBlocks, FlushWorkers: 2, UndoInMemory: 8, UndoDir: t.TempDir(), Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,8 +41,9 @@ type undoRecord struct {
 // Rollback calls hold its lock throughout (uncontended in the pipeline,
 // where a bucket's calls come one at a time anyway).
 type undoLog struct {
-	mu   sync.Mutex
-	recs []undoRecord
+	mu    sync.Mutex
+	recs  []undoRecord
+	spill *undoSpill // older records on disk (undospill.go), nil when none
 }
 
 func (u *undoLog) add(r undoRecord) { u.recs = append(u.recs, r) }
@@ -86,11 +87,52 @@ func (r *Replayer) Rollback(ctx context.Context, bucket int, from uint64) error 
 	u := r.undoLog(bucket)
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	var errs []error
+	// Newest first: the records in memory, then the spilled ones chunk by
+	// chunk from the newest, each chunk's index versions reverted with it.
+	errs = append(errs, r.undoRecords(ctx, u.recs, from)...)
+	kept := 0
+	for _, rec := range u.recs {
+		if rec.ts < from {
+			u.recs[kept] = rec
+			kept++
+		}
+	}
+	clear(u.recs[kept:])
+	u.recs = u.recs[:kept]
+	if sp := u.spill; sp != nil {
+		var older []undoRecord // spilled records below from stay
+		for i := len(sp.chunks) - 1; i >= 0; i-- {
+			recs, err := sp.chunk(i)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			errs = append(errs, r.undoRecords(ctx, recs, from)...)
+			var below []undoRecord
+			for _, rec := range recs {
+				if rec.ts < from {
+					below = append(below, rec)
+				}
+			}
+			older = append(below, older...)
+		}
+		errs = append(errs, sp.close())
+		u.spill = nil
+		u.recs = append(older, u.recs...)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("replay: rollback of bucket %d from %d: %w", bucket, from, err)
+	}
+	return nil
+}
+
+// undoRecords takes back the records at or above from, newest first.
+func (r *Replayer) undoRecords(ctx context.Context, recs []undoRecord, from uint64) []error {
 	var revert []index.Written
 	var errs []error
-	kept := 0
-	for i := len(u.recs) - 1; i >= 0; i-- {
-		rec := u.recs[i]
+	for i := len(recs) - 1; i >= 0; i-- {
+		rec := recs[i]
 		if rec.ts < from {
 			continue
 		}
@@ -107,21 +149,10 @@ func (r *Replayer) Rollback(ctx context.Context, bucket int, from uint64) error 
 			}
 		}
 	}
-	for _, rec := range u.recs {
-		if rec.ts < from {
-			u.recs[kept] = rec
-			kept++
-		}
-	}
-	clear(u.recs[kept:])
-	u.recs = u.recs[:kept]
 	if err := r.cfg.Index.Revert(ctx, revert); err != nil {
 		errs = append(errs, fmt.Errorf("revert %d index versions: %w", len(revert), err))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("replay: rollback of bucket %d from %d: %w", bucket, from, err)
-	}
-	return nil
+	return errs
 }
 
 // undeleteVersion takes back a row version's delete timestamp.

@@ -73,12 +73,12 @@ func TestPostgresMillionRowTransaction(t *testing.T) {
 	}
 	sameTables(t, pg, retina, map[string]string{"big": "SELECT count(*), sum(a)::bigint, max(b) FROM big"})
 	// Holding the transaction whole took about 2 GB of heap here (eight
-	// times what its rows take). In parts it takes what its rows take in
-	// the index and the write buffer, plus the replayers' undo records
-	// (about 100 bytes a row, kept until the commit so that a failure can
-	// be rolled back): those still grow with the transaction.
+	// times what its rows take). In parts, with the replayers' undo records
+	// beyond a bound spilled to disk, it takes what its rows take in the
+	// index and the write buffer (the peak also has the garbage the heap
+	// may hold, which grows with the live heap the first phase left).
 	t.Logf("peak heap growth: %d MB for 1M rows in 250 transactions, %d MB for 1M rows in one", smallGrowth>>20, bigGrowth>>20)
-	if bigGrowth > smallGrowth*3+(64<<20) {
+	if bigGrowth > smallGrowth*2+(128<<20) {
 		t.Errorf("one transaction of a million rows grew the heap by %d MB, the same rows in small transactions by %d MB", bigGrowth>>20, smallGrowth>>20)
 	}
 }

@@ -183,11 +183,19 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	if cfg.BlockCacheBytes > 0 {
 		n.BlockCache = writebuffer.NewBlockCache(cfg.BlockCacheBytes)
 	}
+	// Undo records a process spilled are of transactions recovery drops.
+	undoDir := filepath.Join(cfg.DataDir, "undo")
+	if err := replay.RemoveUndoFiles(undoDir); err != nil {
+		return nil, fmt.Errorf("server: remove old undo files in %s: %w", undoDir, err)
+	}
+	if err := os.MkdirAll(undoDir, 0o755); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	n.Scanner = scan.New(n.Lake, n.owner, nil)
 	for id := range cfg.Replayers {
 		rp, err := replay.New(replay.Config{ID: uint32(id), Catalog: n.Catalog, Index: n.Index, Lake: n.Lake,
 			BlockRows: cfg.BlockRows, FileBlocks: cfg.FileBlocks, BlockCache: n.BlockCache, Failpoints: cfg.Failpoints,
-			Rows: n.Scanner, Logger: cfg.Logger})
+			Rows: n.Scanner, UndoDir: undoDir, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}

@@ -113,16 +113,22 @@ func Open(ctx context.Context, opts Options, cfg Config) (*Source, error) {
 	return s, nil
 }
 
+// sessionSettings are what the text decoding relies on: timestamps in UTC
+// and ISO form, exact floats, hex bytea.
+func sessionSettings(params map[string]string) {
+	for k, v := range map[string]string{"TimeZone": "UTC", "DateStyle": "ISO, MDY", "IntervalStyle": "postgres",
+		"extra_float_digits": "3", "bytea_output": "hex", "application_name": "retina"} {
+		params[k] = v
+	}
+}
+
 // connect opens a connection with the settings the text decoding relies on.
 func (s *Source) connect(ctx context.Context, replication bool) (*pgconn.PgConn, error) {
 	cc, err := pgconn.ParseConfig(s.opts.Conn)
 	if err != nil {
 		return nil, fatal(fmt.Errorf("postgres source %s: %w", s.opts.Display, err))
 	}
-	for k, v := range map[string]string{"TimeZone": "UTC", "DateStyle": "ISO, MDY", "IntervalStyle": "postgres",
-		"extra_float_digits": "3", "bytea_output": "hex", "application_name": "retina"} {
-		cc.RuntimeParams[k] = v
-	}
+	sessionSettings(cc.RuntimeParams)
 	if replication {
 		cc.RuntimeParams["replication"] = "database"
 	}
@@ -178,10 +184,7 @@ func (s *Source) sql(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, fatal(fmt.Errorf("postgres source %s: %w", s.opts.Display, err))
 	}
-	for k, v := range map[string]string{"TimeZone": "UTC", "DateStyle": "ISO, MDY", "IntervalStyle": "postgres",
-		"extra_float_digits": "3", "bytea_output": "hex", "application_name": "retina"} {
-		cc.RuntimeParams[k] = v
-	}
+	sessionSettings(cc.RuntimeParams)
 	c, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return nil, fmt.Errorf("postgres source %s: connect: %w", s.opts.Display, err)
