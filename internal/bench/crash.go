@@ -70,24 +70,12 @@ type crashSource struct {
 // directory, checks the bank invariants over SQL whenever it is up, and at
 // the end compares every table with an oracle computed from the stream.
 func Crash(ctx context.Context, r *Report, cfg CrashConfig) error {
-	if len(cfg.Command) == 0 {
-		exe, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		cfg.Command = []string{exe}
-	}
-	dir := cfg.Dir
-	if dir == "" {
-		tmp, err := os.MkdirTemp("", "retina-crash-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(tmp)
-		dir = tmp
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+	command, dir, cleanup, err := childRun(cfg.Command, cfg.Dir, "retina-crash-")
+	if err != nil {
 		return err
 	}
+	defer cleanup()
+	cfg.Command = command
 	logFile, err := os.Create(filepath.Join(dir, "servers.log"))
 	if err != nil {
 		return err

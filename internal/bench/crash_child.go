@@ -129,3 +129,24 @@ func logTail(path string) string {
 	}
 	return string(data)
 }
+
+// childRun fills in the retina command (default: this executable) and the
+// work directory (default: a temporary one, removed by the returned
+// cleanup).
+func childRun(command []string, dir, prefix string) ([]string, string, func(), error) {
+	if len(command) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, "", nil, err
+		}
+		command = []string{exe}
+	}
+	if dir != "" {
+		return command, dir, func() {}, os.MkdirAll(dir, 0o755)
+	}
+	tmp, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return command, tmp, func() { os.RemoveAll(tmp) }, nil
+}

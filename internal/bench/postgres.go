@@ -52,22 +52,12 @@ func DefaultPostgresConfig() PostgresConfig {
 // sampled Retina snapshot, kills Retina halfway and restarts it, and at the
 // end compares every table with PostgreSQL's.
 func Postgres(ctx context.Context, r *Report, cfg PostgresConfig) error {
-	if len(cfg.Command) == 0 {
-		exe, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		cfg.Command = []string{exe}
+	command, dir, cleanup, err := childRun(cfg.Command, cfg.Dir, "retina-bench-postgres-")
+	if err != nil {
+		return err
 	}
-	dir := cfg.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "retina-bench-postgres-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	}
+	defer cleanup()
+	cfg.Command = command
 	cl, err := pgtest.Start(ctx, pgtest.Options{Durable: true, Settings: []string{"max_wal_size = 4GB", "checkpoint_timeout = 30min"}})
 	if err != nil {
 		return err

@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/retinadb/retina/internal/pgtest"
 )
 
 // TestPostgresMillionRowTransaction: one PostgreSQL transaction of a
@@ -20,13 +18,7 @@ func TestPostgresMillionRowTransaction(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a million rows through PostgreSQL and Retina: not in -short")
 	}
-	cl, err := pgtest.Start(context.Background(), pgtest.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	dsn := cl.DSN("postgres")
-	pg := connect(t, dsn)
+	_, dsn, pg := startPostgres(t)
 	exec(t, pg, `CREATE TABLE big (id int PRIMARY KEY, a int, b text)`, `INSERT INTO big VALUES (0, 0, 'before')`)
 	r := startRetina(t, t.TempDir(), dsn+"&slot=big")
 	defer r.close(t)

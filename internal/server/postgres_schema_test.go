@@ -8,8 +8,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/retinadb/retina/internal/pgtest"
 )
 
 // TestPostgresSchemaChanges: a dropped column stays in Retina and reads
@@ -17,13 +15,7 @@ import (
 // added or renamed column, a changed type) stops the source with an error
 // naming the table and the column, and nothing after it is applied.
 func TestPostgresSchemaChanges(t *testing.T) {
-	cl, err := pgtest.Start(context.Background(), pgtest.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	dsn := cl.DSN("postgres")
-	pg := connect(t, dsn)
+	_, dsn, pg := startPostgres(t)
 
 	t.Run("drop column", func(t *testing.T) {
 		exec(t, pg, `CREATE TABLE dropping (id int PRIMARY KEY, a int, gone text)`, `INSERT INTO dropping VALUES (1, 1, 'kept')`)
@@ -98,13 +90,7 @@ func TestPostgresCopyStoppedMidwayStartsOver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a copy of a million rows: not in -short")
 	}
-	cl, err := pgtest.Start(context.Background(), pgtest.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	dsn := cl.DSN("postgres")
-	pg := connect(t, dsn)
+	_, dsn, pg := startPostgres(t)
 	exec(t, pg, `CREATE TABLE copied (id int PRIMARY KEY, a int)`, `INSERT INTO copied SELECT i, i FROM generate_series(1, 1000000) i`)
 	source := dsn + "&slot=copied"
 	dir := t.TempDir()

@@ -18,6 +18,19 @@ import (
 	"github.com/retinadb/retina/internal/server/servertest"
 )
 
+// startPostgres starts a private PostgreSQL, stopped when the test ends,
+// and connects to its postgres database.
+func startPostgres(t *testing.T) (*pgtest.Cluster, string, *pgx.Conn) {
+	t.Helper()
+	cl, err := pgtest.Start(context.Background(), pgtest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	dsn := cl.DSN("postgres")
+	return cl, dsn, connect(t, dsn)
+}
+
 // pgRun is a Retina server fed by a PostgreSQL source, running until stop.
 type pgRun struct {
 	srv  *server.Server
@@ -140,13 +153,7 @@ func sameTables(t *testing.T, pg, retina *pgx.Conn, queries map[string]string) {
 // each step every table equals PostgreSQL's, and the slot confirms what
 // Retina applied.
 func TestPostgresSource(t *testing.T) {
-	cl, err := pgtest.Start(context.Background(), pgtest.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	dsn := cl.DSN("postgres")
-	pg := connect(t, dsn)
+	cl, dsn, pg := startPostgres(t)
 	exec(t, pg,
 		`CREATE TABLE acct (id int PRIMARY KEY, owner text NOT NULL, bal numeric(12,2))`,
 		`CREATE TABLE branch (id int PRIMARY KEY, name text)`,
