@@ -149,7 +149,8 @@ func sameTables(t *testing.T, pg, retina *pgx.Conn, queries map[string]string) {
 // the initial copy, streamed inserts, updates, deletes, a primary-key
 // change, an unchanged TOAST value, a truncate of several tables with
 // CASCADE and a table without a key; then Retina stopped and restarted
-// while PostgreSQL writes, and PostgreSQL restarted under Retina. After
+// while PostgreSQL writes, PostgreSQL restarted under Retina, and a table
+// created after the start. After
 // each step every table equals PostgreSQL's, and the slot confirms what
 // Retina applied.
 func TestPostgresSource(t *testing.T) {
@@ -230,7 +231,12 @@ func TestPostgresSource(t *testing.T) {
 	exec(t, pg,
 		`UPDATE acct SET bal = 7 WHERE id > 5400`,
 		`INSERT INTO hist (acct, delta) VALUES (3, 3)`,
+		// A table created now is in the publication (FOR ALL TABLES): it
+		// appears in Retina with its first change.
+		`CREATE TABLE later (id bigint PRIMARY KEY, what text)`,
+		`INSERT INTO later VALUES (1, 'made after the start'), (2, 'too')`,
 	)
+	queries["later"] = "SELECT id, what FROM later ORDER BY id"
 	caughtUp(t, r, pg, retina)
 	sameTables(t, pg, retina, queries)
 
