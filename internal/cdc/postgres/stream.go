@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -315,7 +316,18 @@ func (st *streamer) keylessError(t *table, what string) error {
 func (st *streamer) relation(ctx context.Context, m *pglogrepl.RelationMessage) (*table, error) {
 	s := st.s
 	cur, err := describeByName(ctx, st.conn, m.Namespace, m.RelationName)
-	if err != nil {
+	switch {
+	case errors.Is(err, errDropped):
+		// Changes written before the table was dropped (Retina was behind):
+		// the message is all there is; the key is the one Retina's table has.
+		cur = &table{}
+		if rt, ok := s.cfg.Catalog.Snapshot().Table(m.RelationName); ok {
+			cur.Key = rt.Schema.PrimaryKey
+			if slices.Contains(cur.Key, keylessLSN) {
+				cur.Key = nil
+			}
+		}
+	case err != nil:
 		return nil, fmt.Errorf("postgres source %s: %w", s.opts.Display, err)
 	}
 	t := &table{OID: cur.OID, Namespace: m.Namespace, Name: m.RelationName, Identity: m.ReplicaIdentity, Key: cur.Key}

@@ -28,6 +28,10 @@ const (
 	keylessRow = "_pg_row"
 )
 
+// errDropped: a table in the change stream is no longer in PostgreSQL's
+// catalog (dropped since the changes were written).
+var errDropped = errors.New("not in PostgreSQL's catalog any more")
+
 // ErrSchemaChange is wrapped when a published table changed in a way this
 // source cannot follow.
 var ErrSchemaChange = errors.New("postgres source: unsupported schema change")
@@ -144,7 +148,7 @@ func describeByName(ctx context.Context, q querier, namespace, name string) (*ta
 		return nil, fmt.Errorf("look up %s.%s: %w", namespace, name, err)
 	}
 	if !found {
-		return nil, fmt.Errorf("%s.%s is in the change stream but not in PostgreSQL's catalog (dropped since?)", namespace, name)
+		return nil, fmt.Errorf("%w: %s.%s", errDropped, namespace, name)
 	}
 	return describe(ctx, q, oid, namespace, name, ident)
 }
