@@ -54,6 +54,11 @@ type Schema struct {
 	Columns    []Column `json:"columns"`
 	PrimaryKey []string `json:"primary_key"`
 	Indexes    []Index  `json:"indexes,omitempty"`
+	// GeneratedKey says Retina made up the primary key because the source
+	// table has none: the source names a row to update or delete by its
+	// other columns, so all rows of the table are replayed in one bucket,
+	// where such a row can be found.
+	GeneratedKey bool `json:"generated_key,omitempty"`
 }
 
 // ColumnIndex returns the position of a column, or -1.

@@ -344,7 +344,7 @@ func (c *Catalog) CreateTable(ctx context.Context, name string, schema Schema) (
 }
 
 func cloneSchema(s Schema) Schema {
-	out := Schema{Columns: slices.Clone(s.Columns), PrimaryKey: slices.Clone(s.PrimaryKey)}
+	out := Schema{Columns: slices.Clone(s.Columns), PrimaryKey: slices.Clone(s.PrimaryKey), GeneratedKey: s.GeneratedKey}
 	for _, ix := range s.Indexes {
 		ix.Columns = slices.Clone(ix.Columns)
 		out.Indexes = append(out.Indexes, ix)

@@ -89,6 +89,9 @@ type Record struct {
 	// send (PostgreSQL's unchanged TOAST values): they keep the current
 	// version's value.
 	Unchanged []int
+	// Unmatched lists columns of Before the source does not have (dropped
+	// upstream), for a row found by content not to compare them.
+	Unmatched []int
 	// TxID is the normalised source transaction id ("" without metadata);
 	// TotalOrder orders a change within its transaction.
 	TxID       string

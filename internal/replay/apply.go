@@ -66,6 +66,25 @@ func (r *Replayer) Apply(ctx context.Context, b Batch) error {
 // updates that read the current version.
 func (r *Replayer) applyOps(ctx context.Context, u *undoLog, b Batch) error {
 	ops := b.Ops
+	bad, badErr := r.resolveContent(ctx, ops)
+	var oe *OpError
+	if badErr != nil && !errors.As(badErr, &oe) {
+		return badErr
+	}
+	if badErr != nil { // what comes before the failing transaction is applied
+		for bad > 0 && ops[bad-1].TS == ops[bad].TS {
+			bad--
+		}
+		ops = ops[:bad]
+	}
+	if err := r.applyResolved(ctx, u, b, ops); err != nil {
+		return err
+	}
+	return badErr
+}
+
+// applyResolved applies operations whose rows are named by key.
+func (r *Replayer) applyResolved(ctx context.Context, u *undoLog, b Batch, ops []Op) error {
 	for start := 0; start < len(ops); {
 		end := start
 		for end < len(ops) && ops[end].Kind != Truncate && (end == start || len(ops[end].Unchanged) == 0) {
@@ -466,7 +485,7 @@ func (r *Replayer) truncate(ctx context.Context, u *undoLog, b Batch, op *Op) er
 	}
 	var muts []index.Mutation
 	err = r.cfg.Index.Each(ctx, st.table.PrimaryIndexID, op.TS, func(k index.Key, _ uint64) error {
-		if BucketOf(k.Bytes(), b.Buckets) == b.Bucket {
+		if BucketFor(st.table, k.Bytes(), b.Buckets) == b.Bucket {
 			muts = append(muts, index.Mutation{Key: k, TS: op.TS, Kind: index.Delete})
 		}
 		return nil

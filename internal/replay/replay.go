@@ -79,6 +79,15 @@ type Op struct {
 	// not send (PostgreSQL's unchanged TOAST values): they keep the value of
 	// the row's current version.
 	Unchanged []int
+	// ByContent says the source does not know the row's key (a table with
+	// catalog.Schema.GeneratedKey): the delete or update is of a live row
+	// whose columns other than the key equal Before, the one with the
+	// smallest key when several do. Key is then ignored, and the key
+	// columns of Row are the found row's.
+	ByContent bool
+	// Unmatched lists columns a ByContent operation does not compare: the
+	// source no longer has them (dropped upstream).
+	Unmatched []int
 }
 
 // ErrOp is wrapped by every error about a single operation.
@@ -125,8 +134,8 @@ type Config struct {
 	BlockCache *writebuffer.BlockCache
 	// Failpoints reach into flushes and combinations (crash tests).
 	Failpoints *failpoint.Set
-	// Rows reads a stored version by its location, for updates that keep
-	// unchanged columns (nil: such updates fail).
+	// Rows reads stored rows, for updates that keep unchanged columns and
+	// operations that find their row by content (nil: those fail).
 	Rows RowReader
 	// UndoInMemory bounds the undo records a bucket keeps in memory
 	// (default 32768; negative: no bound); older ones go to a file in
@@ -136,9 +145,11 @@ type Config struct {
 	Logger       *slog.Logger
 }
 
-// RowReader reads one stored version of a row, every column.
+// RowReader reads stored rows, every column: one version by its location,
+// or the rows of a table visible at a snapshot.
 type RowReader interface {
 	ReadRow(ctx context.Context, t *catalog.Table, f *catalog.File, offset uint32) ([]any, error)
+	EachRow(ctx context.Context, t *catalog.Table, files []*catalog.File, snapshot uint64, fn func(row []any) error) error
 }
 
 // Stats count what the replayer did.

@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"sync"
 
+	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/index"
 	"github.com/retinadb/retina/internal/visibility"
 )
@@ -184,4 +185,14 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // replayer, after a restart.
 func BucketOf(key []byte, n int) int {
 	return int(crc32.Checksum(key, castagnoli) % uint32(n))
+}
+
+// BucketFor is the bucket of a row of table t with the encoded primary key
+// among n: BucketOf the key, or, for a table whose rows are found by
+// content (catalog.Schema.GeneratedKey), one bucket for the whole table.
+func BucketFor(t *catalog.Table, key []byte, n int) int {
+	if t.Schema.GeneratedKey {
+		return int(t.ID % uint32(n))
+	}
+	return BucketOf(key, n)
 }

@@ -464,25 +464,29 @@ func bitsAt(bm []uint64, off, n int) []uint64 {
 	return out
 }
 
-// LiveKeys lists the primary keys of the rows of a table visible at a
-// snapshot (a truncate deletes them).
-func (sc *Scanner) LiveKeys(ctx context.Context, t *catalog.Table, files []*catalog.File, snapshot uint64) ([][]any, error) {
-	keyCols := t.Schema.KeyColumns()
-	var out [][]any
-	_, err := sc.Scan(ctx, Request{Table: t, Files: files, Snapshot: snapshot, Columns: keyCols}, func(rec arrow.RecordBatch) error {
+// EachRow calls fn with every row of a table visible at a snapshot, every
+// column, in no particular order (a replayer finds rows by content this
+// way). fn may keep row.
+func (sc *Scanner) EachRow(ctx context.Context, t *catalog.Table, files []*catalog.File, snapshot uint64, fn func(row []any) error) error {
+	cols := make([]int, len(t.Schema.Columns))
+	for i := range cols {
+		cols[i] = i
+	}
+	_, err := sc.Scan(ctx, Request{Table: t, Files: files, Snapshot: snapshot, Columns: cols}, func(rec arrow.RecordBatch) error {
 		defer rec.Release()
 		for i := range int(rec.NumRows()) {
-			key := make([]any, len(keyCols))
-			for c := range keyCols {
-				v, err := Value(rec.Column(c), i)
-				if err != nil {
-					return err
-				}
-				key[c] = v
+			row, err := rowOf(rec, i, cols)
+			if err != nil {
+				return err
 			}
-			out = append(out, key)
+			if err := fn(row); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return fmt.Errorf("scan: rows of %s at snapshot %d: %w", t.Name, snapshot, err)
+	}
+	return nil
 }

@@ -148,7 +148,8 @@ func sameTables(t *testing.T, pg, retina *pgx.Conn, queries map[string]string) {
 // TestPostgresSource runs the whole path against a private PostgreSQL:
 // the initial copy, streamed inserts, updates, deletes, a primary-key
 // change, an unchanged TOAST value, a truncate of several tables with
-// CASCADE and a table without a key; then Retina stopped and restarted
+// CASCADE, a table without a key (inserts only) and one under REPLICA
+// IDENTITY FULL (updates and deletes of rows with equal values); then Retina stopped and restarted
 // while PostgreSQL writes, PostgreSQL restarted under Retina, and a table
 // created after the start. After
 // each step every table equals PostgreSQL's, and the slot confirms what
@@ -163,6 +164,10 @@ func TestPostgresSource(t *testing.T) {
 		`CREATE TABLE doc (id int PRIMARY KEY, n int, body text)`,
 		`ALTER TABLE doc REPLICA IDENTITY FULL`,
 		`CREATE TABLE note (id int PRIMARY KEY, n int, body text)`, // REPLICA IDENTITY DEFAULT
+		`CREATE TABLE log (k int, v text, big text)`,               // no key: rows found by content
+		`ALTER TABLE log REPLICA IDENTITY FULL`,
+		`INSERT INTO log SELECT i % 10, 'v' || (i % 3), NULL FROM generate_series(1, 100) i`,
+		`INSERT INTO log SELECT 20, 'toasted', (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 300) g)`,
 		`INSERT INTO acct SELECT i, 'owner ' || i, i * 1.25 FROM generate_series(1, 3000) i`,
 		`INSERT INTO branch SELECT i, 'b' || i FROM generate_series(1, 10) i`,
 		`INSERT INTO teller SELECT i, 1 + i % 10 FROM generate_series(1, 50) i`,
@@ -177,6 +182,7 @@ func TestPostgresSource(t *testing.T) {
 		"hist":   "SELECT acct, delta FROM hist ORDER BY acct, delta",
 		"doc":    "SELECT id, n, length(body), md5(body) FROM doc ORDER BY id",
 		"note":   "SELECT id, n, length(body), md5(body) FROM note ORDER BY id",
+		"log":    "SELECT k, v, md5(coalesce(big, '')) FROM log ORDER BY 1, 2, 3",
 	}
 	dir := t.TempDir()
 	source := dsn + "&slot=retina_test&publication=retina_test"
@@ -192,9 +198,18 @@ func TestPostgresSource(t *testing.T) {
 		`UPDATE acct SET id = id + 100000 WHERE id <= 20`, // primary-key change
 		`INSERT INTO hist (acct, delta) VALUES (1, -5), (1, -5)`,
 		`COMMIT`,
-		`UPDATE doc SET n = n + 1`,                // body is an unchanged TOAST value, in the old row
-		`UPDATE note SET n = n + 1`,               // … not sent: the replayer reads the current version
-		`UPDATE note SET n = n + 1 WHERE id <= 2`, // … of a version written in the same batch
+		`UPDATE doc SET n = n + 1`,                 // body is an unchanged TOAST value, in the old row
+		`UPDATE note SET n = n + 1`,                // … not sent: the replayer reads the current version
+		`UPDATE note SET n = n + 1 WHERE id <= 2`,  // … of a version written in the same batch
+		`UPDATE log SET v = 'changed' WHERE k = 1`, // rows with equal values, one by one
+		`DELETE FROM log WHERE ctid IN (SELECT ctid FROM log WHERE k = 2 LIMIT 3)`,
+		`DELETE FROM log WHERE k = 3`,
+		`UPDATE log SET k = 21 WHERE k = 20`, // big is an unchanged TOAST value
+		`BEGIN`,
+		`INSERT INTO log VALUES (30, 'brief', NULL)`,
+		`UPDATE log SET v = 'briefer' WHERE k = 30`,
+		`DELETE FROM log WHERE k = 30`,
+		`COMMIT`,
 		`TRUNCATE branch, teller`,
 		`INSERT INTO branch VALUES (1, 'again')`,
 		`TRUNCATE branch CASCADE`, // teller too
@@ -210,6 +225,8 @@ func TestPostgresSource(t *testing.T) {
 		`INSERT INTO hist (acct, delta) SELECT 9, i FROM generate_series(1, 100) i`,
 		`DELETE FROM acct WHERE id BETWEEN 100 AND 200`,
 		`UPDATE note SET n = n + 10`, // the current versions are in regular files now
+		`DELETE FROM log WHERE k = 4`,
+		`UPDATE log SET v = 'late' WHERE k = 5`,
 		// A table that comes and goes while Retina is down: its changes
 		// are in the stream, its catalog entry is gone.
 		`CREATE TABLE gone (id int PRIMARY KEY, v text)`,
@@ -239,6 +256,10 @@ func TestPostgresSource(t *testing.T) {
 	exec(t, pg,
 		`UPDATE acct SET bal = 7 WHERE id > 5400`,
 		`INSERT INTO hist (acct, delta) VALUES (3, 3)`,
+		`TRUNCATE log`,
+		`INSERT INTO log VALUES (7, 'x', NULL), (7, 'x', NULL), (8, 'y', NULL)`,
+		`DELETE FROM log WHERE ctid IN (SELECT ctid FROM log WHERE k = 7 LIMIT 1)`,
+		`UPDATE log SET v = 'z' WHERE k = 8`,
 		// A table created now is in the publication (FOR ALL TABLES): it
 		// appears in Retina with its first change.
 		`CREATE TABLE later (id bigint PRIMARY KEY, what text)`,

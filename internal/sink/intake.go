@@ -376,6 +376,20 @@ func toOps(c cdc.Record, t *catalog.Table) ([]replay.Op, error) {
 		}
 		return out
 	}
+	if t.Schema.GeneratedKey && c.Key == nil && (c.Op == cdc.OpDelete || c.Op == cdc.OpUpdate) {
+		// The source does not know the key Retina made up: the row is the
+		// one whose other columns equal the before image.
+		if c.Before == nil {
+			return nil, fmt.Errorf("%s of a row of %s without a key carries no before image to find the row by", opName(c.Op), t.Name)
+		}
+		if c.Op == cdc.OpDelete {
+			return []replay.Op{{Table: t.ID, Kind: replay.Delete, Before: c.Before, ByContent: true, Unmatched: c.Unmatched}}, nil
+		}
+		if len(c.Unchanged) > 0 {
+			return nil, fmt.Errorf("update of a row of %s without a key leaves columns unsent", t.Name)
+		}
+		return []replay.Op{{Table: t.ID, Kind: replay.Update, Row: c.After, Before: c.Before, ByContent: true, Unmatched: c.Unmatched}}, nil
+	}
 	switch c.Op {
 	case cdc.OpCreate:
 		return []replay.Op{{Table: t.ID, Kind: replay.Insert, Row: c.After}}, nil
@@ -415,6 +429,13 @@ func toOps(c cdc.Record, t *catalog.Table) ([]replay.Op, error) {
 	return nil, fmt.Errorf("op %c", c.Op)
 }
 
+func opName(op cdc.Op) string {
+	if op == cdc.OpDelete {
+		return "delete"
+	}
+	return "update"
+}
+
 func sameKey(a, b []any) bool {
 	if len(a) != len(b) {
 		return false
@@ -436,6 +457,9 @@ func sameKey(a, b []any) bool {
 
 // bucket hashes an operation's primary key.
 func (in *intake) bucket(t *catalog.Table, op replay.Op) (int, error) {
+	if t.Schema.GeneratedKey {
+		return replay.BucketFor(t, nil, in.s.cfg.Buckets), nil
+	}
 	vals := op.Key
 	if op.Kind == replay.Insert || op.Kind == replay.Upsert || vals == nil {
 		keys := t.Schema.KeyColumns()

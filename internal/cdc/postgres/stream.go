@@ -195,7 +195,7 @@ func (st *streamer) handle(ctx context.Context, m pglogrepl.Message) error {
 			return err
 		}
 		if t.keyless() {
-			return st.keylessError(t, "update")
+			return st.keylessUpdate(ctx, t, m)
 		}
 		var old []any
 		if m.OldTuple != nil {
@@ -232,7 +232,7 @@ func (st *streamer) handle(ctx context.Context, m pglogrepl.Message) error {
 			return err
 		}
 		if t.keyless() {
-			return st.keylessError(t, "delete")
+			return st.keylessDelete(ctx, t, m)
 		}
 		if m.OldTuple == nil {
 			return fatal(fmt.Errorf("postgres source %s: delete from %s at %s carries no old key (REPLICA IDENTITY NOTHING?)", s.opts.Display, t, st.tx.pos))
@@ -306,8 +306,50 @@ func (st *streamer) table(id uint32) (*table, error) {
 	return t, nil
 }
 
-func (st *streamer) keylessError(t *table, what string) error {
-	return fatal(fmt.Errorf("postgres source %s: %s of %s at %s: the table has no primary key or replica-identity index, so Retina cannot find the row; add a primary key (or ALTER TABLE … REPLICA IDENTITY USING INDEX) and copy again", st.s.opts.Display, what, t, st.tx.pos))
+// keylessUpdate delivers an update of a table without a key: PostgreSQL
+// sends one only under REPLICA IDENTITY FULL, with the whole old row, by
+// which the replayer finds the row.
+func (st *streamer) keylessUpdate(ctx context.Context, t *table, m *pglogrepl.UpdateMessage) error {
+	if err := st.keylessFindable(t, "update", m.OldTupleType == pglogrepl.UpdateMessageTupleTypeOld); err != nil {
+		return err
+	}
+	old, err := st.fullRow(t, m.OldTuple, "update (old row)")
+	if err != nil {
+		return err
+	}
+	row, _, err := st.row(t, m.NewTuple, old, "update")
+	if err != nil {
+		return err
+	}
+	return st.change(ctx, t, cdc.Record{Op: cdc.OpUpdate, Before: old, After: row, Unmatched: t.absent})
+}
+
+// keylessDelete delivers a delete of a table without a key, as
+// keylessUpdate does.
+func (st *streamer) keylessDelete(ctx context.Context, t *table, m *pglogrepl.DeleteMessage) error {
+	if err := st.keylessFindable(t, "delete", m.OldTupleType == pglogrepl.DeleteMessageTupleTypeOld); err != nil {
+		return err
+	}
+	old, err := st.fullRow(t, m.OldTuple, "delete")
+	if err != nil {
+		return err
+	}
+	return st.change(ctx, t, cdc.Record{Op: cdc.OpDelete, Before: old, Unmatched: t.absent})
+}
+
+// keylessFindable checks that an update or delete of a table without a key
+// can name its row: the message carries the whole old row, and Retina's
+// table finds rows by content.
+func (st *streamer) keylessFindable(t *table, what string, oldRow bool) error {
+	switch {
+	case !oldRow:
+		return fatal(fmt.Errorf("postgres source %s: %s of %s at %s carries no old row: a table without a primary key needs ALTER TABLE %s REPLICA IDENTITY FULL for Retina to find the row",
+			st.s.opts.Display, what, t, st.tx.pos, pgx.Identifier{t.Namespace, t.Name}.Sanitize()))
+	case !t.retina.Schema.GeneratedKey:
+		return fatal(fmt.Errorf("postgres source %s: %s of %s at %s: Retina's table %s was created by an earlier version that cannot find rows by content; drop it and the slot to copy it again",
+			st.s.opts.Display, what, t, st.tx.pos, t.retina.Name))
+	}
+	return nil
 }
 
 // relation binds a Relation message's table: its columns as the message

@@ -48,6 +48,7 @@ type table struct {
 	retina *catalog.Table
 	pos    []int
 	keyPos []int // positions in Retina rows of Retina's key columns
+	absent []int // positions of Retina's columns the source no longer has
 }
 
 func (t *table) String() string { return t.Namespace + "." + t.Name }
@@ -73,6 +74,7 @@ func (t *table) schema() catalog.Schema {
 			catalog.Column{Name: keylessLSN, Type: types.Of(types.Int64)},
 			catalog.Column{Name: keylessRow, Type: types.Of(types.Int64)})
 		s.PrimaryKey = []string{keylessLSN, keylessRow}
+		s.GeneratedKey = true
 	}
 	return s
 }
@@ -228,10 +230,12 @@ func (t *table) bind(ctx context.Context, cat Catalog) error {
 		}
 		pos[i] = j
 	}
+	var absent []int
 	for j, hc := range have.Columns {
 		if slices.Contains(pos, j) || (t.keyless() && (hc.Name == keylessLSN || hc.Name == keylessRow)) {
 			continue
 		}
+		absent = append(absent, j)
 		if !hc.Nullable {
 			return fmt.Errorf("%w: %s has no column %s, which is NOT NULL in Retina (renamed or dropped upstream)", ErrSchemaChange, t, hc.Name)
 		}
@@ -239,6 +243,6 @@ func (t *table) bind(ctx context.Context, cat Catalog) error {
 	if !slices.EqualFunc(want.PrimaryKey, have.PrimaryKey, strings.EqualFold) {
 		return fmt.Errorf("%w: %s has key (%s), Retina's table %s (%s)", ErrSchemaChange, t, strings.Join(want.PrimaryKey, ", "), t.Name, strings.Join(have.PrimaryKey, ", "))
 	}
-	t.retina, t.pos, t.keyPos = rt, pos, have.KeyColumns()
+	t.retina, t.pos, t.keyPos, t.absent = rt, pos, have.KeyColumns(), absent
 	return nil
 }
