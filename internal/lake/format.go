@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
+	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -196,6 +198,7 @@ type File struct {
 	fr     *pqarrow.FileReader
 	schema *arrow.Schema // table columns, without create_ts
 	tsIdx  int
+	added  []arrow.Field // columns the table gained after the file was written (Widen)
 	groups []RowGroupMeta
 	mem    memory.Allocator
 }
@@ -254,17 +257,41 @@ func (f *File) Schema() *arrow.Schema { return f.schema }
 // RowGroups lists row counts and create_ts ranges, read from the footer.
 func (f *File) RowGroups() []RowGroupMeta { return f.groups }
 
-// ReadRowGroup reads the projected table columns (indices into Schema) of
-// one row group, plus the create_ts column as the last column when
-// withCreateTS. Only the chunks of those columns are fetched.
+// Widen makes the file read as a table with the given columns (create_ts
+// excluded), of which the file's are the first: a table gains columns at
+// its end, and the rows written before read NULL in them.
+func (f *File) Widen(table *arrow.Schema) error {
+	if table.NumFields() < f.tsIdx {
+		return fmt.Errorf("%w: the file has %d columns, the table %d", ErrBadFile, f.tsIdx, table.NumFields())
+	}
+	for i := range f.tsIdx {
+		have, want := f.schema.Field(i), table.Field(i)
+		if !strings.EqualFold(have.Name, want.Name) || !arrow.TypeEqual(have.Type, want.Type) {
+			return fmt.Errorf("%w: column %d is %s %s in the file, %s %s in the table", ErrBadFile, i, have.Name, have.Type, want.Name, want.Type)
+		}
+	}
+	f.added = slices.Clone(table.Fields()[f.tsIdx:])
+	return nil
+}
+
+// ReadRowGroup reads the projected table columns (indices into Schema, or
+// into the widened table after Widen) of one row group, plus the create_ts
+// column as the last column when withCreateTS. Only the chunks of those
+// columns are fetched; a column the file does not have reads NULL.
 func (f *File) ReadRowGroup(ctx context.Context, rg int, cols []int, withCreateTS bool) (arrow.RecordBatch, error) {
 	if rg < 0 || rg >= len(f.groups) {
 		return nil, fmt.Errorf("lake: row group %d of %d", rg, len(f.groups))
 	}
-	idx := append([]int(nil), cols...)
-	for _, c := range idx {
-		if c < 0 || c >= f.tsIdx {
-			return nil, fmt.Errorf("lake: column %d of %d", c, f.tsIdx)
+	idx := make([]int, 0, len(cols)+1)
+	missing := false
+	for _, c := range cols {
+		switch {
+		case c >= 0 && c < f.tsIdx:
+			idx = append(idx, c)
+		case c >= f.tsIdx && c < f.tsIdx+len(f.added):
+			missing = true
+		default:
+			return nil, fmt.Errorf("lake: column %d of %d", c, f.tsIdx+len(f.added))
 		}
 	}
 	if withCreateTS {
@@ -275,7 +302,41 @@ func (f *File) ReadRowGroup(ctx context.Context, rg int, cols []int, withCreateT
 		return nil, fmt.Errorf("lake: read row group %d: %w", rg, err)
 	}
 	defer tbl.Release()
-	return tableToRecord(tbl, f.mem)
+	rec, err := tableToRecord(tbl, f.mem)
+	if err != nil || !missing {
+		return rec, err
+	}
+	defer rec.Release()
+	return f.withAdded(rec, cols, withCreateTS), nil
+}
+
+// withAdded is rec (the file's columns among cols, then create_ts) with
+// NULL columns where cols names a column the file does not have.
+func (f *File) withAdded(rec arrow.RecordBatch, cols []int, withCreateTS bool) arrow.RecordBatch {
+	n := int(rec.NumRows())
+	var fields []arrow.Field
+	var arrs []arrow.Array
+	next := 0
+	for _, c := range cols {
+		if c < f.tsIdx {
+			fields, arrs = append(fields, rec.Schema().Field(next)), append(arrs, rec.Column(next))
+			next++
+			continue
+		}
+		fd := f.added[c-f.tsIdx]
+		fd.Nullable = true
+		fields, arrs = append(fields, fd), append(arrs, array.MakeArrayOfNull(f.mem, fd.Type, n))
+	}
+	if withCreateTS {
+		fields, arrs = append(fields, rec.Schema().Field(next)), append(arrs, rec.Column(next))
+	}
+	out := array.NewRecordBatch(arrow.NewSchema(fields, nil), arrs, int64(n))
+	for i, c := range cols {
+		if c >= f.tsIdx {
+			arrs[i].Release()
+		}
+	}
+	return out
 }
 
 // tableToRecord concatenates a table's chunks into one record.

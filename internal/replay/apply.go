@@ -66,7 +66,10 @@ func (r *Replayer) Apply(ctx context.Context, b Batch) error {
 // updates that read the current version.
 func (r *Replayer) applyOps(ctx context.Context, u *undoLog, b Batch) error {
 	ops := b.Ops
-	bad, badErr := r.resolveContent(ctx, ops)
+	bad, badErr := r.conform(ops)
+	if n, err := r.resolveContent(ctx, ops[:bad]); err != nil {
+		bad, badErr = n, err // it failed before
+	}
 	var oe *OpError
 	if badErr != nil && !errors.As(badErr, &oe) {
 		return badErr

@@ -28,12 +28,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow"
-
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/failpoint"
 	"github.com/retinadb/retina/internal/lake"
 	"github.com/retinadb/retina/internal/visibility"
+	"github.com/retinadb/retina/internal/writebuffer"
 )
 
 // GCKey is the object key of a file storage GC wrote.
@@ -62,22 +61,22 @@ type Pace func(ctx context.Context, worked time.Duration) error
 
 // Rewrite writes the versions of the regular files of table t that are not
 // deleted at snapshot at into one new object (step 1). Every file must be
-// owned by this replayer and written with the table's current schema.
+// owned by this replayer; a file written before the table gained columns
+// is rewritten with them, NULL.
 func (r *Replayer) Rewrite(ctx context.Context, t *catalog.Table, files []*catalog.File, at uint64, pace Pace) (*Rewritten, error) {
 	rw := &Rewritten{Table: t, Old: files, At: at}
-	var (
-		buf    bytes.Buffer
-		w      *lake.FileWriter
-		schema *arrow.Schema
-	)
+	var buf bytes.Buffer
+	schema := writebuffer.Schema(writebuffer.TableColumns(t.Schema))
+	w, err := lake.NewFileWriter(&buf, lake.FileSchema(schema), lake.WriterOptions{RowGroupRows: int64(max(r.cfg.BlockRows, 1))})
+	if err != nil {
+		return nil, err
+	}
 	for _, f := range files {
 		switch {
 		case f.TableID != t.ID || f.State != catalog.Regular:
 			return nil, fmt.Errorf("replay: storage GC: file %d is %s in table %d, want a regular file of %s", f.ID, f.State, f.TableID, t.Name)
 		case f.Replayer != r.cfg.ID:
 			return nil, fmt.Errorf("replay: storage GC: file %d belongs to replayer %d, not %d", f.ID, f.Replayer, r.cfg.ID)
-		case f.SchemaVersion != t.SchemaVersion:
-			return nil, fmt.Errorf("replay: storage GC: file %d has schema version %d, the table %d", f.ID, f.SchemaVersion, t.SchemaVersion)
 		}
 		vis, ok := r.FileVisibility(f.ID)
 		if !ok {
@@ -100,17 +99,11 @@ func (r *Replayer) Rewrite(ctx context.Context, t *catalog.Table, files []*catal
 		if err != nil {
 			return nil, fmt.Errorf("replay: storage GC: file %d: %w", f.ID, err)
 		}
-		if schema == nil {
-			schema = pf.Schema()
-			if w, err = lake.NewFileWriter(&buf, lake.FileSchema(schema), lake.WriterOptions{RowGroupRows: int64(max(r.cfg.BlockRows, 1))}); err != nil {
-				pf.Close()
-				return nil, err
-			}
-		} else if !schema.Equal(pf.Schema()) {
+		if err := pf.Widen(schema); err != nil {
 			pf.Close()
-			return nil, fmt.Errorf("replay: storage GC: file %d has another schema than file %d", f.ID, files[0].ID)
+			return nil, fmt.Errorf("replay: storage GC: file %d of table %s: %w", f.ID, t.Name, err)
 		}
-		kept, err := r.copyLive(ctx, w, pf, deleted, start, pace)
+		kept, err := r.copyLive(ctx, w, pf, schema.NumFields(), deleted, start, pace)
 		pf.Close()
 		if err != nil {
 			return nil, fmt.Errorf("replay: storage GC: file %d: %w", f.ID, err)
@@ -154,8 +147,8 @@ func deletedAt(vis *visibility.RowGroup, at uint64) ([]uint64, uint64, error) {
 
 // copyLive appends the rows of pf not in deleted to w and returns their
 // offsets.
-func (r *Replayer) copyLive(ctx context.Context, w *lake.FileWriter, pf *lake.File, deleted []uint64, start time.Time, pace Pace) ([]uint32, error) {
-	all := make([]int, pf.Schema().NumFields()) // table columns; create_ts comes with them
+func (r *Replayer) copyLive(ctx context.Context, w *lake.FileWriter, pf *lake.File, columns int, deleted []uint64, start time.Time, pace Pace) ([]uint32, error) {
+	all := make([]int, columns) // table columns; create_ts comes with them
 	for i := range all {
 		all[i] = i
 	}

@@ -245,9 +245,7 @@ func (r *Replayer) table(id uint32) (*tableState, error) {
 		}
 		st.sec = append(st.sec, s)
 	}
-	for _, c := range t.Schema.Columns {
-		st.cols = append(st.cols, writebuffer.Column{Name: c.Name, Type: c.Type, Nullable: c.Nullable})
-	}
+	st.cols = writebuffer.TableColumns(t.Schema)
 	buf, err := writebuffer.New(writebuffer.Config{
 		TableID: id, Columns: st.cols, Replayer: r.cfg.ID,
 		Catalog: r.cfg.Catalog, Lake: r.cfg.Lake,
@@ -261,6 +259,91 @@ func (r *Replayer) table(id uint32) (*tableState, error) {
 	st.buf = buf
 	r.tables[id] = st
 	return st, nil
+}
+
+// widen gives a table the columns the catalog has for it now, once an
+// operation brings a row of width values: the source added columns at the
+// table's end (catalog.Catalog.AddColumn). Buckets still holding the old
+// state append narrower rows, which the buffer pads with NULL.
+func (r *Replayer) widen(id uint32, width int) (*tableState, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.tables[id]
+	if width <= len(st.cols) {
+		return st, nil
+	}
+	t, ok := r.cfg.Catalog.Snapshot().TableByID(id)
+	if !ok {
+		return nil, fmt.Errorf("replay: table %d is not in the catalog", id)
+	}
+	if len(t.Schema.Columns) < width {
+		return nil, fmt.Errorf("row has %d values, and the catalog gives the table %d columns", width, len(t.Schema.Columns))
+	}
+	cols := writebuffer.TableColumns(t.Schema)
+	if err := st.buf.Widen(cols); err != nil {
+		return nil, err
+	}
+	wide := *st
+	wide.table, wide.cols = t, cols
+	r.tables[id] = &wide
+	return &wide, nil
+}
+
+// conform fits every operation's images to its table's columns: a wider one
+// widens the table (widen), a narrower one was written before the table
+// gained columns and gets NULL in them. When an operation cannot be fitted
+// it returns its index with an *OpError; those before it are fitted.
+func (r *Replayer) conform(ops []Op) (int, error) {
+	var (
+		lastID uint32
+		last   *tableState
+	)
+	state := func(id uint32) *tableState { // most batches hold few tables
+		if last == nil || id != lastID {
+			st, err := r.table(id)
+			if err != nil {
+				return nil // prepare says so, in order
+			}
+			lastID, last = id, st
+		}
+		return last
+	}
+	bad, badErr := len(ops), error(nil)
+	for i := range ops { // widen first: a batch may hold both shapes
+		op := &ops[i]
+		st := state(op.Table)
+		if op.Kind == Truncate || st == nil {
+			continue
+		}
+		if width := max(len(op.Row), len(op.Before)); width > len(st.cols) {
+			if last, badErr = r.widen(op.Table, width); badErr != nil {
+				bad, badErr = i, r.opError(&step{op: op}, badErr)
+				break
+			}
+		}
+	}
+	last = nil
+	for i := range ops[:bad] {
+		op := &ops[i]
+		if st := state(op.Table); st != nil && op.Kind != Truncate {
+			op.Row = padded(op.Row, st.cols)
+			op.Before = padded(op.Before, st.cols)
+		}
+	}
+	return bad, badErr
+}
+
+// padded is row with NULL in the nullable columns past its end.
+func padded(row []any, cols []writebuffer.Column) []any {
+	if row == nil || len(row) >= len(cols) {
+		return row
+	}
+	for _, c := range cols[len(row):] {
+		if !c.Nullable {
+			return row // prepare rejects it
+		}
+	}
+	return append(slices.Clip(row), make([]any, len(cols)-len(row))...)
 }
 
 // registerFile maps a new virtual file's row ids and visibility.

@@ -57,22 +57,22 @@ func (sc *Scanner) readRow(ctx context.Context, t *catalog.Table, f *catalog.Fil
 					}
 					return nil, fmt.Errorf("block at %d holds fewer rows than it says", b.First)
 				}
-				return sc.readRowIn(ctx, b.Key, i, cols)
+				return sc.readRowIn(ctx, t, b.Key, i, cols)
 			}
 			return nil, fmt.Errorf("no block of the file holds it")
 		}
 		key = fv.Key
 	}
-	return sc.readRowIn(ctx, key, int(offset), cols)
+	return sc.readRowIn(ctx, t, key, int(offset), cols)
 }
 
 // readRowIn reads row i of a Parquet object.
-func (sc *Scanner) readRowIn(ctx context.Context, key string, i int, cols []int) ([]any, error) {
+func (sc *Scanner) readRowIn(ctx context.Context, t *catalog.Table, key string, i int, cols []int) ([]any, error) {
 	r, err := sc.lake.ReaderAt(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	pf, err := lake.OpenFile(r, sc.mem)
+	pf, err := openWidened(r, t, sc.mem)
 	if err != nil {
 		return nil, err
 	}
@@ -93,10 +93,14 @@ func (sc *Scanner) readRowIn(ctx context.Context, key string, i int, cols []int)
 }
 
 // rowOf is row i of a record's first len(cols) columns; a buffered record
-// carries every table column, in order, so cols index it directly.
+// carries every table column of its time, in order, then create_ts, so cols
+// index it directly, and a column added since reads NULL.
 func rowOf(rec arrow.RecordBatch, i int, cols []int) ([]any, error) {
 	row := make([]any, len(cols))
 	for j, c := range cols {
+		if c >= int(rec.NumCols())-1 && rec.Schema().Field(int(rec.NumCols())-1).Name == lake.CreateTSColumn {
+			continue // a buffered record that predates the column
+		}
 		if c >= int(rec.NumCols()) {
 			return nil, fmt.Errorf("record has %d columns, column %d wanted", rec.NumCols(), c)
 		}

@@ -252,7 +252,7 @@ func (sc *Scanner) scanRegular(ctx context.Context, req Request, f *catalog.File
 	if err != nil {
 		return err
 	}
-	pf, err := lake.OpenFile(r, sc.mem)
+	pf, err := openWidened(r, req.Table, sc.mem)
 	if err != nil {
 		return err
 	}
@@ -335,7 +335,7 @@ func (sc *Scanner) scanVirtual(ctx context.Context, req Request, f *catalog.File
 		offset := int(b.First)
 		for _, rec := range b.Records {
 			rows := int(rec.NumRows())
-			proj, err := project(rec, req.Columns)
+			proj, err := project(rec, req.Table, req.Columns)
 			if err != nil {
 				return err
 			}
@@ -358,7 +358,7 @@ func (sc *Scanner) scanBlockObject(ctx context.Context, req Request, b writebuff
 	if err != nil {
 		return err
 	}
-	pf, err := lake.OpenFile(r, sc.mem)
+	pf, err := openWidened(r, req.Table, sc.mem)
 	if err != nil {
 		return err
 	}
@@ -366,19 +366,50 @@ func (sc *Scanner) scanBlockObject(ctx context.Context, req Request, b writebuff
 	return sc.scanRowGroups(ctx, req, pf, int(b.First), -1, del, st, emit)
 }
 
-// project keeps the requested columns of a buffered record (all table
-// columns + create_ts) and its create_ts column last.
-func project(rec arrow.RecordBatch, cols []int) (arrow.RecordBatch, error) {
+// openWidened opens a Parquet object of table t: written before the table
+// gained columns, it reads NULL in them.
+func openWidened(r *lake.ObjectReader, t *catalog.Table, mem memory.Allocator) (*lake.File, error) {
+	pf, err := lake.OpenFile(r, mem)
+	if err != nil {
+		return nil, err
+	}
+	if err := pf.Widen(writebuffer.Schema(writebuffer.TableColumns(t.Schema))); err != nil {
+		pf.Close()
+		return nil, fmt.Errorf("table %s: %w", t.Name, err)
+	}
+	return pf, nil
+}
+
+// project keeps the requested columns of a buffered record (the table's
+// columns when the block was written, then create_ts) and its create_ts
+// column last; a column the block predates reads NULL.
+func project(rec arrow.RecordBatch, t *catalog.Table, cols []int) (arrow.RecordBatch, error) {
 	n := int(rec.NumCols())
 	fields := make([]arrow.Field, 0, len(cols)+1)
 	arrs := make([]arrow.Array, 0, len(cols)+1)
-	for _, c := range append(append([]int(nil), cols...), n-1) {
-		if c >= n {
-			return nil, fmt.Errorf("column %d of a %d-column block", c, n)
+	var nulls []arrow.Array
+	defer func() {
+		for _, a := range nulls {
+			a.Release()
 		}
-		fields = append(fields, rec.Schema().Field(c))
-		arrs = append(arrs, rec.Column(c))
+	}()
+	for _, c := range cols {
+		if c < n-1 {
+			fields = append(fields, rec.Schema().Field(c))
+			arrs = append(arrs, rec.Column(c))
+			continue
+		}
+		if c >= len(t.Schema.Columns) {
+			return nil, fmt.Errorf("column %d of a %d-column table", c, len(t.Schema.Columns))
+		}
+		tc := t.Schema.Columns[c]
+		a := array.MakeArrayOfNull(memory.DefaultAllocator, tc.Type.ArrowType(), int(rec.NumRows()))
+		nulls = append(nulls, a)
+		fields = append(fields, arrow.Field{Name: tc.Name, Type: tc.Type.ArrowType(), Nullable: true})
+		arrs = append(arrs, a)
 	}
+	fields = append(fields, rec.Schema().Field(n-1))
+	arrs = append(arrs, rec.Column(n-1))
 	return array.NewRecordBatch(arrow.NewSchema(fields, nil), arrs, rec.NumRows()), nil
 }
 

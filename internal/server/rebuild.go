@@ -14,6 +14,7 @@ import (
 	"github.com/retinadb/retina/internal/replay"
 	"github.com/retinadb/retina/internal/scan"
 	"github.com/retinadb/retina/internal/visibility"
+	"github.com/retinadb/retina/internal/writebuffer"
 )
 
 // rebuildIndex puts every live row of every file into the primary and
@@ -105,6 +106,9 @@ func (n *Node) indexFile(ctx context.Context, t *catalog.Table, f *catalog.File,
 		return err
 	}
 	defer pf.Close()
+	if err := pf.Widen(writebuffer.Schema(writebuffer.TableColumns(t.Schema))); err != nil {
+		return fmt.Errorf("file %d of %s: %w", f.ID, t.Name, err)
+	}
 	var deleted []uint64
 	if vis != nil {
 		deleted = make([]uint64, vis.BitmapWords())

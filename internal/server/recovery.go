@@ -265,11 +265,7 @@ func (n *Node) settleFile(ctx context.Context, t *catalog.Table, f *catalog.File
 	for i, b := range blocks {
 		keys[i] = b.key
 	}
-	cols := make([]writebuffer.Column, len(t.Schema.Columns))
-	for i, c := range t.Schema.Columns {
-		cols[i] = writebuffer.Column{Name: c.Name, Type: c.Type, Nullable: c.Nullable}
-	}
-	groups, err := writebuffer.CombineBlocks(ctx, n.Lake, lake.FileSchema(writebuffer.Schema(cols)), t.ID, f.ID, keys, writebuffer.CombinedGroupRows(n.Config.BlockRows))
+	groups, err := writebuffer.CombineBlocks(ctx, n.Lake, lake.FileSchema(writebuffer.Schema(writebuffer.TableColumns(t.Schema))), t.ID, f.ID, keys, writebuffer.CombinedGroupRows(n.Config.BlockRows))
 	if err != nil {
 		return hidden, false, fmt.Errorf("server: file %d of %s: combine its blocks: %w", f.ID, t.Name, err)
 	}

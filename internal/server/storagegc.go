@@ -307,7 +307,7 @@ func (n *Node) pickRewrite(at uint64) (*catalog.Table, *replay.Replayer, []*cata
 	for _, t := range snap.Tables() {
 		byOwner := map[uint32][]fileStat{}
 		for _, f := range snap.LiveFiles(t.ID) {
-			if f.State != catalog.Regular || busy[f.ID] || f.SchemaVersion != t.SchemaVersion || int(f.Replayer) >= len(n.Replayers) {
+			if f.State != catalog.Regular || busy[f.ID] || int(f.Replayer) >= len(n.Replayers) {
 				continue
 			}
 			vis, ok := n.Replayers[f.Replayer].FileVisibility(f.ID)

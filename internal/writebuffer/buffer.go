@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 
@@ -119,6 +120,7 @@ type Buffer struct {
 
 	mu        sync.Mutex // the state below; never held across I/O
 	build     *blockBuilder
+	narrowest int // columns the table had at the buffer's start: shorter rows are bad
 	cur       *VirtualFile
 	files     map[uint64]*VirtualFile
 	queue     []*block // sealed blocks not yet durable, in order
@@ -157,13 +159,14 @@ func New(cfg Config) (*Buffer, error) {
 	}
 	schema := lake.FileSchema(Schema(cfg.Columns))
 	b := &Buffer{
-		cfg:     cfg,
-		schema:  schema,
-		retry:   cfg.Lake.Retry(),
-		log:     cfg.Logger.With("table", cfg.TableID),
-		build:   newBlockBuilder(schema, cfg.Columns),
-		files:   map[uint64]*VirtualFile{},
-		changed: make(chan struct{}),
+		cfg:       cfg,
+		schema:    schema,
+		retry:     cfg.Lake.Retry(),
+		log:       cfg.Logger.With("table", cfg.TableID),
+		build:     newBlockBuilder(schema, cfg.Columns),
+		narrowest: len(cfg.Columns),
+		files:     map[uint64]*VirtualFile{},
+		changed:   make(chan struct{}),
 	}
 	for range cfg.FlushWorkers {
 		b.bg.Go(b.flushWorker)
@@ -206,16 +209,18 @@ func (b *Buffer) waitChange(ctx context.Context) error {
 // they went: consecutive runs, split only where a file fills up. Rows are
 // checked first; a bad row fails the call with nothing appended.
 func (b *Buffer) Append(ctx context.Context, ts uint64, rows [][]any) ([]Run, error) {
-	for i, r := range rows {
-		if err := CheckRow(b.cfg.Columns, r); err != nil {
-			return nil, fmt.Errorf("writebuffer: table %d row %d: %w", b.cfg.TableID, i, err)
-		}
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for b.unflushed > b.cfg.MaxUnflushedBytes && !b.closed {
 		if err := b.waitChange(ctx); err != nil { // back-pressure: the lake is behind
 			return nil, err
+		}
+	}
+	width := len(b.cfg.Columns)
+	for i := range rows {
+		b.pad(rows[i:i+1], width)
+		if err := CheckRow(b.cfg.Columns, rows[i]); err != nil {
+			return nil, fmt.Errorf("writebuffer: table %d row %d: %w", b.cfg.TableID, i, err)
 		}
 	}
 	var runs []Run
@@ -224,10 +229,14 @@ func (b *Buffer) Append(ctx context.Context, ts uint64, rows [][]any) ([]Run, er
 			return runs, ErrClosed
 		}
 		if b.cur == nil || b.cur.rows == b.cur.capacity {
-			if err := b.nextFile(ctx); err != nil {
+			if err := b.nextFile(ctx); err != nil { // unlocks: Widen may run
 				return runs, err
 			}
 			continue
+		}
+		if width != len(b.cfg.Columns) {
+			width = len(b.cfg.Columns)
+			b.pad(rows[done:], width)
 		}
 		f := b.cur
 		n := min(len(rows)-done, f.capacity-f.rows, b.cfg.BlockRows-b.build.rows)
@@ -247,6 +256,60 @@ func (b *Buffer) Append(ctx context.Context, ts uint64, rows [][]any) ([]Run, er
 		}
 	}
 	return runs, nil
+}
+
+// pad gives rows written before the table gained columns (no narrower than
+// the table at the buffer's start) NULL in them, up to width columns.
+func (b *Buffer) pad(rows [][]any, width int) {
+	for i, r := range rows {
+		if len(r) < width && len(r) >= b.narrowest {
+			rows[i] = append(slices.Clip(r), make([]any, width-len(r))...)
+		}
+	}
+}
+
+// Widen gives the buffer the table's columns after the table gained some
+// at its end (catalog.Catalog.AddColumn): the active block ends, and blocks
+// from then on carry the new columns. Rows appended with the old columns
+// get NULL in the new ones; blocks and files written before read NULL in
+// them (lake.File.Widen).
+func (b *Buffer) Widen(cols []Column) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(cols) <= len(b.cfg.Columns) {
+		return nil
+	}
+	for i, c := range b.cfg.Columns {
+		if !strings.EqualFold(c.Name, cols[i].Name) || c.Type != cols[i].Type {
+			return fmt.Errorf("writebuffer: table %d: column %d is %s %s, the widened table has %s %s", b.cfg.TableID, i, c.Name, c.Type, cols[i].Name, cols[i].Type)
+		}
+	}
+	for _, c := range cols[len(b.cfg.Columns):] {
+		if !c.Nullable {
+			return fmt.Errorf("writebuffer: table %d: added column %s must be nullable (rows written before have no value)", b.cfg.TableID, c.Name)
+		}
+	}
+	if b.cur != nil && b.build.rows > 0 {
+		b.sealActive()
+	}
+	b.build.release()
+	b.cfg.Columns = slices.Clone(cols)
+	b.schema = lake.FileSchema(Schema(b.cfg.Columns))
+	first := b.build.first
+	b.build = newBlockBuilder(b.schema, b.cfg.Columns)
+	b.build.first = first
+	b.notify()
+	return nil
+}
+
+// schemaOf is the file schema of records of one block.
+func (b *Buffer) schemaOf(recs []arrow.RecordBatch) *arrow.Schema {
+	if len(recs) > 0 {
+		return recs[0].Schema()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.schema
 }
 
 // Close flushes what it can within ctx and stops the workers. Files not

@@ -455,3 +455,80 @@ func TestFlushedBlocksStayInTheCache(t *testing.T) {
 		t.Fatalf("cache of two blocks: %+v", st)
 	}
 }
+
+// TestWidenWhileAnAppendWaits: a table gains a column while an append of
+// rows with the old columns waits for its next file's registration (the
+// buffer's lock is free then). The rows it appends after get NULL in the
+// new column; the file filled before the change, combined, and the one
+// after, read with the new column: NULL where rows had none.
+func TestWidenWhileAnAppendWaits(t *testing.T) {
+	cat, tb := testTable(t)
+	gc := &gatedCatalog{Catalog: cat, entered: make(chan struct{}), gate: make(chan struct{})}
+	l := memLake(t)
+	b, err := New(Config{TableID: tb.ID, Columns: testCols, Catalog: gc, Lake: l,
+		BlockRows: 4, FileBlocks: 2, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	ctx := context.Background()
+	appended := make(chan error, 1)
+	go func() {
+		rows := make([][]any, 9) // one full file of 8 and a row for the next
+		for i := range rows {
+			rows[i] = []any{int64(i), "x"}
+		}
+		_, err := b.Append(ctx, 1, rows)
+		appended <- err
+	}()
+	<-gc.entered
+	wide := append(slices.Clone(testCols), Column{Name: "score", Type: types.Of(types.Int64), Nullable: true})
+	if err := b.Widen(wide); err != nil {
+		t.Fatal(err)
+	}
+	close(gc.gate)
+	if err := <-appended; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Append(ctx, 2, [][]any{{int64(9), "y", int64(5)}, {int64(10), "z"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Append(ctx, 3, [][]any{{int64(11)}}); err == nil {
+		t.Fatal("a row narrower than the table ever was was appended")
+	}
+	if err := b.Finish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range cat.Snapshot().LiveFiles(tb.ID) {
+		if f.State != catalog.Regular {
+			t.Fatalf("file %d is %s after Finish", f.ID, f.State)
+		}
+		r, err := l.ReaderAt(ctx, f.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pf, err := lake.OpenFile(r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pf.Widen(Schema(wide)); err != nil {
+			t.Fatal(err)
+		}
+		for g := range pf.RowGroups() {
+			rec, err := pf.ReadRowGroup(ctx, g, []int{0, 2}, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range int(rec.NumRows()) {
+				got = append(got, rec.Column(0).ValueStr(i)+"="+rec.Column(1).ValueStr(i))
+			}
+			rec.Release()
+		}
+		pf.Close()
+	}
+	want := "0=(null) 1=(null) 2=(null) 3=(null) 4=(null) 5=(null) 6=(null) 7=(null) 8=(null) 9=5 10=(null)"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("rows %s, want %s", strings.Join(got, " "), want)
+	}
+}

@@ -35,13 +35,14 @@ func (b *Buffer) maybeCombine(f *VirtualFile) {
 	for i, blk := range f.blocks {
 		keys[i] = blk.key
 	}
-	b.bg.Go(func() { b.combine(f, keys) })
+	schema := b.schema
+	b.bg.Go(func() { b.combine(f, keys, schema) })
 }
 
 // combine runs one combination of f; on failure it schedules the next try.
-func (b *Buffer) combine(f *VirtualFile, keys []string) {
+func (b *Buffer) combine(f *VirtualFile, keys []string, schema *arrow.Schema) {
 	ctx := context.Background()
-	groups, err := CombineBlocks(ctx, b.cfg.Lake, b.schema, b.cfg.TableID, f.id, keys, CombinedGroupRows(b.cfg.BlockRows))
+	groups, err := CombineBlocks(ctx, b.cfg.Lake, schema, b.cfg.TableID, f.id, keys, CombinedGroupRows(b.cfg.BlockRows))
 	if err == nil {
 		b.cfg.Failpoints.Hit(failpoint.CombineBeforeCatalog)
 		_, err = b.cfg.Catalog.SetFileState(ctx, f.id, catalog.Regular, groups)
@@ -71,7 +72,7 @@ func (b *Buffer) combine(f *VirtualFile, keys []string) {
 				b.notify()
 				return
 			}
-			b.bg.Go(func() { b.combine(f, keys) })
+			b.bg.Go(func() { b.combine(f, keys, schema) })
 		})
 		return
 	}
@@ -90,7 +91,8 @@ func CombinedGroupRows(blockRows int) int64 { return int64(max(blockRows, 1)) * 
 
 // CombineBlocks writes block objects, in order, as one regular file with
 // row groups of up to groupRows rows under the file's regular key, and
-// returns its row groups. The blocks stay; the caller deletes them once the
+// returns its row groups. A block written before the table gained columns
+// gets NULL in them. The blocks stay; the caller deletes them once the
 // catalog names the regular file.
 func CombineBlocks(ctx context.Context, l Lake, schema *arrow.Schema, table uint32, file uint64, keys []string, groupRows int64) ([]lake.RowGroupMeta, error) {
 	blocks := make([][]byte, len(keys))
@@ -110,7 +112,7 @@ func CombineBlocks(ctx context.Context, l Lake, schema *arrow.Schema, table uint
 		return nil, err
 	}
 	for i, key := range keys {
-		if err := copyBlock(ctx, w, key, blocks[i]); err != nil {
+		if err := copyBlock(ctx, w, schema, key, blocks[i]); err != nil {
 			return nil, err
 		}
 	}
@@ -125,13 +127,17 @@ func CombineBlocks(ctx context.Context, l Lake, schema *arrow.Schema, table uint
 }
 
 // copyBlock appends every row of one block object to w.
-func copyBlock(ctx context.Context, w *lake.FileWriter, key string, data []byte) error {
+func copyBlock(ctx context.Context, w *lake.FileWriter, schema *arrow.Schema, key string, data []byte) error {
 	pf, err := lake.OpenFile(bytes.NewReader(data), nil)
 	if err != nil {
 		return fmt.Errorf("block %s: %w", key, err)
 	}
 	defer pf.Close()
-	all := make([]int, pf.Schema().NumFields())
+	table := arrow.NewSchema(schema.Fields()[:schema.NumFields()-1], nil) // without create_ts
+	if err := pf.Widen(table); err != nil {
+		return fmt.Errorf("block %s: %w", key, err)
+	}
+	all := make([]int, table.NumFields())
 	for i := range all {
 		all[i] = i
 	}

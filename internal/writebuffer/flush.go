@@ -123,7 +123,8 @@ func (b *Buffer) upload(key string, recs []arrow.RecordBatch, rows int64) error 
 	for _, r := range recs {
 		buf.Grow(int(recordBytes(r)))
 	}
-	w, err := lake.NewFileWriter(&buf, b.schema, lake.WriterOptions{RowGroupRows: max(rows, 1), Codec: "snappy", PlainStrings: true})
+	schema := b.schemaOf(recs)
+	w, err := lake.NewFileWriter(&buf, schema, lake.WriterOptions{RowGroupRows: max(rows, 1), Codec: "snappy", PlainStrings: true})
 	if err != nil {
 		return err
 	}

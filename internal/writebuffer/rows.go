@@ -7,6 +7,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 
+	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/types"
 )
 
@@ -78,4 +79,13 @@ func Schema(cols []Column) *arrow.Schema {
 		fields[i] = arrow.Field{Name: c.Name, Type: c.Type.ArrowType(), Nullable: c.Nullable}
 	}
 	return arrow.NewSchema(fields, nil)
+}
+
+// TableColumns are the buffer columns of a table's schema.
+func TableColumns(s catalog.Schema) []Column {
+	cols := make([]Column, len(s.Columns))
+	for i, c := range s.Columns {
+		cols[i] = Column{Name: c.Name, Type: c.Type, Nullable: c.Nullable}
+	}
+	return cols
 }
