@@ -39,6 +39,9 @@ type Column struct {
 	Name     string     `json:"name"`
 	Type     types.Type `json:"type"`
 	Nullable bool       `json:"nullable"`
+	// SourceID is the source's own number for the column, which a rename
+	// keeps (PostgreSQL's attnum); 0 when the source has none.
+	SourceID int32 `json:"source_id,omitempty"`
 }
 
 // Index is a secondary index over columns of the table.

@@ -47,7 +47,7 @@ func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, rc *pgconn.PgConn
 	}
 	var estimate int64
 	for _, t := range tables {
-		if err := t.bind(ctx, s.cfg.Catalog); err != nil {
+		if err := t.bind(ctx, s.cfg.Catalog, true); err != nil {
 			return fatal(fmt.Errorf("postgres source %s: %w", s.opts.Display, err))
 		}
 		var n float64
@@ -191,7 +191,7 @@ func (s *Source) copyTable(ctx context.Context, tx pgx.Tx, tm typeMap, t *table,
 			row[t.pos[i]] = v
 		}
 		if t.keyless() {
-			row[len(row)-2], row[len(row)-1] = int64(0), *off
+			row[t.keyPos[0]], row[t.keyPos[1]] = int64(0), *off
 		}
 		if err := s.emit(ctx, record(cdc.Position{Stream: stream, Offset: *off}, cdc.Record{Kind: cdc.Change, Table: t.retina.Name, Op: cdc.OpRead, After: row})); err != nil {
 			return err

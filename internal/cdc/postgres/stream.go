@@ -186,7 +186,7 @@ func (st *streamer) handle(ctx context.Context, m pglogrepl.Message) error {
 			return err
 		}
 		if t.keyless() {
-			row[len(row)-2], row[len(row)-1] = int64(st.tx.pos.Offset), st.tx.n
+			row[t.keyPos[0]], row[t.keyPos[1]] = int64(st.tx.pos.Offset), st.tx.n
 		}
 		return st.change(ctx, t, cdc.Record{Op: cdc.OpCreate, After: row})
 	case *pglogrepl.UpdateMessage:
@@ -378,7 +378,7 @@ func (st *streamer) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 		c := column{Name: mc.Name, OID: mc.DataType, TypMod: mc.TypeModifier, Type: mapType(mc.DataType, mc.TypeModifier), PGType: fmt.Sprintf("type oid %d", mc.DataType)}
 		for _, cc := range cur.Cols {
 			if cc.Name == c.Name {
-				c.NotNull = cc.NotNull
+				c.NotNull, c.Filled, c.Attnum = cc.NotNull, cc.Filled, cc.Attnum
 				if cc.OID == c.OID {
 					c.PGType = cc.PGType
 				}
@@ -394,7 +394,7 @@ func (st *streamer) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 	if m.ReplicaIdentity != 'f' && len(flagged) > 0 && !sameSet(flagged, t.Key) {
 		t.Key = flagged
 	}
-	if err := t.bind(ctx, s.cfg.Catalog); err != nil {
+	if err := t.bind(ctx, s.cfg.Catalog, false); err != nil {
 		return nil, fatal(fmt.Errorf("postgres source %s: %w", s.opts.Display, err))
 	}
 	return t, nil

@@ -18,6 +18,7 @@ import (
 type Catalog interface {
 	Snapshot() *catalog.Snapshot
 	CreateTable(ctx context.Context, name string, schema catalog.Schema) (*catalog.Table, error)
+	AddColumn(ctx context.Context, tableID uint32, col catalog.Column) (*catalog.Table, error)
 }
 
 // Columns a table without a primary key or replica-identity index gets in
@@ -59,7 +60,7 @@ func (t *table) keyless() bool { return len(t.Key) == 0 }
 func (t *table) schema() catalog.Schema {
 	var s catalog.Schema
 	for _, c := range t.Cols {
-		s.Columns = append(s.Columns, catalog.Column{Name: c.Name, Type: c.Type, Nullable: !c.NotNull || !slices.Contains(t.Key, c.Name)})
+		s.Columns = append(s.Columns, catalog.Column{Name: c.Name, Type: c.Type, Nullable: !c.NotNull || !slices.Contains(t.Key, c.Name), SourceID: c.Attnum})
 	}
 	// A key column is NOT NULL in Retina even when PostgreSQL only has it
 	// in a unique index (whose columns must be NOT NULL to be an identity).
@@ -77,6 +78,29 @@ func (t *table) schema() catalog.Schema {
 		s.GeneratedKey = true
 	}
 	return s
+}
+
+// checkAdded says whether c, a column of the source Retina's table lacks, can
+// be added to it: it is not a column Retina has under another name (a
+// rename, told by PostgreSQL's attnum, or not told apart when Retina's
+// column has none or PostgreSQL no longer knows c), and, unless copying,
+// PostgreSQL did not give the rows it had a value the stream does not carry.
+func (t *table) checkAdded(have catalog.Schema, c column, copying bool) error {
+	if c.Filled && !copying {
+		return fmt.Errorf("%w: %s has column %s (%s) with a default, which the rows it had when the column was added got in PostgreSQL and not in the change stream: add a column without a default (set one after with ALTER COLUMN … SET DEFAULT), or start over for this table: drop it in Retina and the slot", ErrSchemaChange, t, c.Name, c.PGType)
+	}
+	for _, hc := range have.Columns {
+		if hc.Name == keylessLSN || hc.Name == keylessRow || slices.ContainsFunc(t.Cols, func(sc column) bool { return strings.EqualFold(sc.Name, hc.Name) }) {
+			continue
+		}
+		switch {
+		case hc.SourceID != 0 && hc.SourceID == c.Attnum:
+			return fmt.Errorf("%w: %s column %s is Retina's column %s renamed: Retina cannot follow a rename; rename it back, or start over for this table: drop it in Retina and the slot", ErrSchemaChange, t, c.Name, hc.Name)
+		case hc.SourceID == 0 || c.Attnum == 0:
+			return fmt.Errorf("%w: %s has column %s and no longer column %s: Retina cannot tell a rename (which it cannot follow) from a drop and an add; to start over for this table, drop it in Retina and the slot", ErrSchemaChange, t, c.Name, hc.Name)
+		}
+	}
+	return nil
 }
 
 // querier runs catalog queries: a connection, or a transaction at the
@@ -160,14 +184,14 @@ func describe(ctx context.Context, q querier, oid uint32, ns, name, ident string
 	if ident != "" {
 		t.Identity = ident[0]
 	}
-	rows, err := q.Query(ctx, `SELECT attname, atttypid, atttypmod, attnotnull, format_type(atttypid, atttypmod) FROM pg_attribute
-		WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, oid)
+	rows, err := q.Query(ctx, `SELECT attname, attnum, atttypid, atttypmod, attnotnull, atthasdef OR atthasmissing, format_type(atttypid, atttypmod)
+		FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, oid)
 	if err != nil {
 		return nil, fmt.Errorf("columns of %s: %w", t, err)
 	}
 	for rows.Next() {
 		var c column
-		if err := rows.Scan(&c.Name, &c.OID, &c.TypMod, &c.NotNull, &c.PGType); err != nil {
+		if err := rows.Scan(&c.Name, &c.Attnum, &c.OID, &c.TypMod, &c.NotNull, &c.Filled, &c.PGType); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("columns of %s: %w", t, err)
 		}
@@ -203,9 +227,14 @@ func describe(ctx context.Context, q querier, oid uint32, ns, name, ident string
 
 // bind finds or creates the Retina table and maps the source columns onto
 // it. A Retina table created earlier must hold every source column with
-// the same type; a column it has and the source no longer has (dropped
-// upstream) must be nullable and reads NULL from then on.
-func (t *table) bind(ctx context.Context, cat Catalog) error {
+// the same type, or gains it as a nullable column: the rows it has read
+// NULL in it, as PostgreSQL's do for a column added without a default.
+// Copying says every row arrives with all its values (the initial copy);
+// otherwise a column with a default cannot be added, since PostgreSQL
+// gave the rows it had the default and the stream does not carry it. A
+// column Retina has and the source no longer has (dropped upstream) must
+// be nullable and reads NULL from then on.
+func (t *table) bind(ctx context.Context, cat Catalog, copying bool) error {
 	want := t.schema()
 	rt, ok := cat.Snapshot().Table(t.Name)
 	if !ok {
@@ -218,18 +247,29 @@ func (t *table) bind(ctx context.Context, cat Catalog) error {
 			return fmt.Errorf("create table %s for %s: %w", t.Name, t, err)
 		}
 	}
-	have := rt.Schema
 	pos := make([]int, len(t.Cols))
 	for i, c := range t.Cols {
-		j := have.ColumnIndex(c.Name)
-		switch {
-		case j < 0:
-			return fmt.Errorf("%w: %s has column %s (%s) that Retina's table %s does not: Retina cannot add columns to a table yet; to start over, drop the table in Retina's data directory and the slot", ErrSchemaChange, t, c.Name, c.Type, t.Name)
-		case have.Columns[j].Type != c.Type:
-			return fmt.Errorf("%w: %s column %s is %s in PostgreSQL (%s), %s in Retina: Retina cannot change a column's type", ErrSchemaChange, t, c.Name, c.Type, c.PGType, have.Columns[j].Type)
+		j := rt.Schema.ColumnIndex(c.Name)
+		if j >= 0 {
+			if id := rt.Schema.Columns[j].SourceID; id != 0 && c.Attnum != 0 && id != c.Attnum {
+				return fmt.Errorf("%w: %s column %s was dropped and added again in PostgreSQL: Retina's rows written before hold the old column's values; to start over for this table, drop it in Retina and the slot", ErrSchemaChange, t, c.Name)
+			}
+		} else {
+			if err := t.checkAdded(rt.Schema, c, copying); err != nil {
+				return err
+			}
+			var err error
+			if rt, err = cat.AddColumn(ctx, rt.ID, catalog.Column{Name: c.Name, Type: c.Type, Nullable: true, SourceID: c.Attnum}); err != nil {
+				return fmt.Errorf("add column %s (%s) of %s to Retina's table %s: %w", c.Name, c.PGType, t, t.Name, err)
+			}
+			j = rt.Schema.ColumnIndex(c.Name)
+		}
+		if rt.Schema.Columns[j].Type != c.Type {
+			return fmt.Errorf("%w: %s column %s is %s in PostgreSQL (%s), %s in Retina: Retina cannot change a column's type", ErrSchemaChange, t, c.Name, c.Type, c.PGType, rt.Schema.Columns[j].Type)
 		}
 		pos[i] = j
 	}
+	have := rt.Schema
 	var absent []int
 	for j, hc := range have.Columns {
 		if slices.Contains(pos, j) || (t.keyless() && (hc.Name == keylessLSN || hc.Name == keylessRow)) {

@@ -55,11 +55,15 @@ const (
 // column is one source column and how its text values become Retina values.
 type column struct {
 	Name    string
+	Attnum  int32 // 0 when PostgreSQL's catalog no longer has the column
 	OID     uint32
 	TypMod  int32
 	NotNull bool
-	PGType  string // as format_type prints it
-	Type    types.Type
+	// Filled: PostgreSQL gives rows a value in it that no change carries
+	// (a default, which rows present when the column was added got too).
+	Filled bool
+	PGType string // as format_type prints it
+	Type   types.Type
 }
 
 // mapType picks the Retina type of a PostgreSQL column.
