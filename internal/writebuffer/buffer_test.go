@@ -344,30 +344,38 @@ func (g *gatedCatalog) RegisterFile(ctx context.Context, f catalog.File) (*catal
 	return g.Catalog.RegisterFile(ctx, f)
 }
 
-// TestRegistrationRunsOutsideTheLock: while an appender waits for the
-// catalog to register its next file, the buffer's other work goes on:
-// views, stats, and flushing and combining the full file.
-func TestRegistrationRunsOutsideTheLock(t *testing.T) {
+// appendWaitingForFile starts an append of 9 rows to a buffer of 8-row
+// files and returns once it waits for its second file's registration,
+// held until gc.gate closes; appended gets the append's error.
+func appendWaitingForFile(t *testing.T) (*Buffer, *gatedCatalog, chan error) {
+	t.Helper()
 	cat, tb := testTable(t)
 	gc := &gatedCatalog{Catalog: cat, entered: make(chan struct{}), gate: make(chan struct{})}
-	l := memLake(t)
-	b, err := New(Config{TableID: tb.ID, Columns: testCols, Catalog: gc, Lake: l,
+	b, err := New(Config{TableID: tb.ID, Columns: testCols, Catalog: gc, Lake: memLake(t),
 		BlockRows: 4, FileBlocks: 2, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close(context.Background())
-	ctx := context.Background()
+	t.Cleanup(func() { b.Close(context.Background()) })
 	appended := make(chan error, 1)
 	go func() {
 		rows := make([][]any, 9) // one full file of 8 and a row for the next
 		for i := range rows {
 			rows[i] = []any{int64(i), "x"}
 		}
-		_, err := b.Append(ctx, 1, rows)
+		_, err := b.Append(context.Background(), 1, rows)
 		appended <- err
 	}()
 	<-gc.entered
+	return b, gc, appended
+}
+
+// TestRegistrationRunsOutsideTheLock: while an appender waits for the
+// catalog to register its next file, the buffer's other work goes on:
+// views, stats, and flushing and combining the full file.
+func TestRegistrationRunsOutsideTheLock(t *testing.T) {
+	b, gc, appended := appendWaitingForFile(t)
+	ctx := context.Background()
 	flushCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	if err := b.Flush(flushCtx); err != nil {
@@ -462,26 +470,8 @@ func TestFlushedBlocksStayInTheCache(t *testing.T) {
 // new column; the file filled before the change, combined, and the one
 // after, read with the new column: NULL where rows had none.
 func TestWidenWhileAnAppendWaits(t *testing.T) {
-	cat, tb := testTable(t)
-	gc := &gatedCatalog{Catalog: cat, entered: make(chan struct{}), gate: make(chan struct{})}
-	l := memLake(t)
-	b, err := New(Config{TableID: tb.ID, Columns: testCols, Catalog: gc, Lake: l,
-		BlockRows: 4, FileBlocks: 2, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close(context.Background())
+	b, gc, appended := appendWaitingForFile(t)
 	ctx := context.Background()
-	appended := make(chan error, 1)
-	go func() {
-		rows := make([][]any, 9) // one full file of 8 and a row for the next
-		for i := range rows {
-			rows[i] = []any{int64(i), "x"}
-		}
-		_, err := b.Append(ctx, 1, rows)
-		appended <- err
-	}()
-	<-gc.entered
 	wide := append(slices.Clone(testCols), Column{Name: "score", Type: types.Of(types.Int64), Nullable: true})
 	if err := b.Widen(wide); err != nil {
 		t.Fatal(err)
@@ -499,8 +489,9 @@ func TestWidenWhileAnAppendWaits(t *testing.T) {
 	if err := b.Finish(ctx); err != nil {
 		t.Fatal(err)
 	}
+	l := b.cfg.Lake.(*lake.Store)
 	var got []string
-	for _, f := range cat.Snapshot().LiveFiles(tb.ID) {
+	for _, f := range gc.Snapshot().LiveFiles(b.cfg.TableID) {
 		if f.State != catalog.Regular {
 			t.Fatalf("file %d is %s after Finish", f.ID, f.State)
 		}
