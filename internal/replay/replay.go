@@ -309,18 +309,25 @@ func (r *Replayer) conform(ops []Op) (int, error) {
 		return last
 	}
 	bad, badErr := len(ops), error(nil)
+	narrow := false
 	for i := range ops { // widen first: a batch may hold both shapes
 		op := &ops[i]
 		st := state(op.Table)
 		if op.Kind == Truncate || st == nil {
 			continue
 		}
-		if width := max(len(op.Row), len(op.Before)); width > len(st.cols) {
+		width := max(len(op.Row), len(op.Before))
+		narrow = narrow || width < len(st.cols) || op.Row != nil && op.Before != nil && len(op.Row) != len(op.Before)
+		if width > len(st.cols) {
+			narrow = true // what came before in the batch may be narrower now
 			if last, badErr = r.widen(op.Table, width); badErr != nil {
 				bad, badErr = i, r.opError(&step{op: op}, badErr)
 				break
 			}
 		}
+	}
+	if !narrow {
+		return bad, badErr // the common case: every image fits already
 	}
 	last = nil
 	for i := range ops[:bad] {

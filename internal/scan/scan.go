@@ -373,6 +373,9 @@ func openWidened(r *lake.ObjectReader, t *catalog.Table, mem memory.Allocator) (
 	if err != nil {
 		return nil, err
 	}
+	if pf.Schema().NumFields() == len(t.Schema.Columns) {
+		return pf, nil // the common case: nothing added since; no schema built per scan
+	}
 	if err := pf.Widen(writebuffer.Schema(writebuffer.TableColumns(t.Schema))); err != nil {
 		pf.Close()
 		return nil, fmt.Errorf("table %s: %w", t.Name, err)

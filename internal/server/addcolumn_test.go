@@ -112,27 +112,9 @@ func TestAddedColumnReadsNullInOlderData(t *testing.T) {
 // checkPlayers compares the player table over SQL with want.
 func checkPlayers(t *testing.T, n *server.Node, want map[int64]player, when string) {
 	t.Helper()
-	ctx := context.Background()
-	sess, err := n.Engine.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
-	res, err := sess.Run(ctx, "SELECT id, name, coalesce(CAST(score AS VARCHAR), 'NULL') FROM player")
-	if err != nil {
-		t.Fatalf("%s: %v", when, err)
-	}
-	defer res.Close()
 	got := map[int64]player{}
-	for res.Next() {
-		v, err := res.Values()
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, v := range servertest.Query(t, n, "SELECT id, name, coalesce(CAST(score AS VARCHAR), 'NULL') FROM player") {
 		got[v[0].(int64)] = player{fmt.Sprint(v[1]), fmt.Sprint(v[2])}
-	}
-	if err := res.Err(); err != nil {
-		t.Fatalf("%s: %v", when, err)
 	}
 	if maps.Equal(got, want) {
 		return

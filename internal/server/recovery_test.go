@@ -55,31 +55,13 @@ func accountTable(t *testing.T, n *server.Node) *catalog.Table {
 // rows reads the table over SQL at the current snapshot.
 func rows(t *testing.T, n *server.Node) map[int64]int64 {
 	t.Helper()
-	ctx := context.Background()
-	sess, err := n.Engine.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
-	res, err := sess.Run(ctx, "SELECT id, balance FROM account")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Close()
 	out := map[int64]int64{}
-	for res.Next() {
-		v, err := res.Values()
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, v := range servertest.Query(t, n, "SELECT id, balance FROM account") {
 		id := v[0].(int64)
 		if _, dup := out[id]; dup {
 			t.Fatalf("row %d twice (%v and %v)", id, out[id], v[1])
 		}
 		out[id] = v[1].(int64)
-	}
-	if err := res.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return out
 }

@@ -5,6 +5,7 @@ package servertest
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"testing"
 
 	"github.com/retinadb/retina/internal/catalog"
@@ -64,4 +65,33 @@ func CreateTable(t testing.TB, n *server.Node, name string, cols []catalog.Colum
 		t.Fatal(err)
 	}
 	return tb
+}
+
+// Query runs a statement over SQL at the current snapshot and returns its
+// rows' values.
+func Query(t testing.TB, n *server.Node, sql string) [][]any {
+	t.Helper()
+	ctx := context.Background()
+	sess, err := n.Engine.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	res, err := sess.Run(ctx, sql)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	defer res.Close()
+	var out [][]any
+	for res.Next() {
+		v, err := res.Values()
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		out = append(out, slices.Clone(v))
+	}
+	if err := res.Err(); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return out
 }
