@@ -12,7 +12,9 @@
 // durability comes from the replay checkpoints of the replayer (the index is
 // rebuilt from the last checkpoint and the source). The Pebble backend is
 // durable: every batch is fsynced in its write-ahead log before Apply
-// returns, unless Config.NoSync trades that for speed.
+// returns, unless Config.NoSync or Config.NoWAL trades that for speed (the
+// server keeps no log: Sync at a clean stop flushes the memtables, and any
+// other stop rebuilds the index from the files).
 package index
 
 import (
@@ -119,6 +121,11 @@ type Config struct {
 	// lose recent writes: use it only when the replay checkpoint (which calls
 	// Sync) is the recovery point anyway.
 	NoSync bool
+	// NoWAL keeps no write-ahead log at all: Sync flushes the memtables to
+	// sstables, and a crash loses every write since the last Sync (Pebble
+	// opens at that point). Use it when any unclean stop rebuilds the index
+	// from the files, as the server does.
+	NoWAL  bool
 	Logger *slog.Logger
 }
 

@@ -180,6 +180,12 @@ func (sh *memShard) at(entry []byte, s slot, ts uint64) (version, bool) {
 // put adds or replaces the version at nv.ts; called with mu held.
 func (sh *memShard) put(entry []byte, nv version) (isNew bool) {
 	s, found := sh.get(entry)
+	return sh.putAt(entry, s, found, nv)
+}
+
+// putAt is put for a caller that already holds the entry's slot: a
+// replayer's update looks the entry up once, not twice.
+func (sh *memShard) putAt(entry []byte, s slot, found bool, nv version) (isNew bool) {
 	switch {
 	case !found:
 		sh.set(entry, slot{last: nv})
@@ -300,13 +306,14 @@ func (s *memorySPI) mutate(muts []Mutation) error {
 		sh := s.shard(m.Key.enc)
 		sh.mu.Lock()
 		var cur version
-		sl, found := sh.get(m.Key.enc)
-		if found {
+		sl, inMap := sh.get(m.Key.enc)
+		found := false
+		if inMap {
 			cur, found = sh.at(m.Key.enc, sl, m.TS)
 		}
 		live := found && cur.val != tombVal
 		if nv, ok := m.check(cur.val, live); ok {
-			sh.put(m.Key.enc, nv)
+			sh.putAt(m.Key.enc, sl, inMap, nv)
 		}
 		sh.mu.Unlock()
 	}

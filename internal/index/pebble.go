@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 )
 
 // Pebble key layout:
@@ -21,18 +22,44 @@ import (
 // them lives at offset + i, and the range's other rows are gone.
 //
 // entry is the encoded key (plus the row id for non-unique indexes) and ts
-// is inverted so a key's versions sort newest first: one SeekGE to
+// is inverted so a key's versions sort newest first: one seek to
 // entry ^ts lands on the newest version ≤ ts. Encoded keys are prefix-free,
 // so the bytes after entry are always exactly the 8 timestamp bytes.
+//
+// The comparer tells Pebble that split (the 'S' prefix and entry, without
+// ^ts) is the key proper: sstables carry bloom filters of it, and a lookup
+// is a prefix seek that skips every sstable whose filter says the entry is
+// not there. Plain byte order is still the key order (entries are
+// prefix-free), so only the name differs from Pebble's default comparer.
 const (
 	pfxSPI = 'S'
 	pfxMI  = 'M'
 )
 
+// comparerName is stored in the database; an index made with another
+// comparer does not open and is rebuilt from the files.
+const comparerName = "retina.index.v2"
+
+var comparer = func() *pebble.Comparer {
+	c := *pebble.DefaultComparer
+	c.Name = comparerName
+	c.Split = split
+	return &c
+}()
+
+// split is the length of a key without its version suffix.
+func split(k []byte) int {
+	if len(k) > 9 && k[0] == pfxSPI {
+		return len(k) - 8
+	}
+	return len(k)
+}
+
 type pebbleSPI struct {
 	db    *pebble.DB
 	cache interface{ Unref() }
 	wopt  *pebble.WriteOptions
+	noWAL bool
 	log   *slog.Logger
 }
 
@@ -46,11 +73,16 @@ func openPebble(cfg Config) (*pebbleSPI, error) {
 	cache := pebble.NewCache(cfg.CacheBytes)
 	opts := &pebble.Options{
 		Cache:                       cache,
+		Comparer:                    comparer,
 		MemTableSize:                cfg.MemTableBytes,
 		MemTableStopWritesThreshold: 4,
 		L0CompactionThreshold:       4,
 		L0StopWritesThreshold:       24,
+		DisableWAL:                  cfg.NoWAL,
 		Logger:                      slogPebble{cfg.Logger},
+	}
+	for i := range opts.Levels {
+		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
 	opts.EnsureDefaults()
 	db, err := pebble.Open(cfg.Dir, opts)
@@ -59,10 +91,10 @@ func openPebble(cfg Config) (*pebbleSPI, error) {
 		return nil, fmt.Errorf("index: open pebble at %s: %w", cfg.Dir, err)
 	}
 	wopt := pebble.Sync
-	if cfg.NoSync {
+	if cfg.NoSync || cfg.NoWAL {
 		wopt = pebble.NoSync
 	}
-	return &pebbleSPI{db: db, cache: cache, wopt: wopt, log: cfg.Logger}, nil
+	return &pebbleSPI{db: db, cache: cache, wopt: wopt, noWAL: cfg.NoWAL, log: cfg.Logger}, nil
 }
 
 func spiKey(dst, entry []byte, ts uint64) []byte {
@@ -186,7 +218,13 @@ func (p *pebbleSPI) mutate(muts []Mutation) error {
 // readVersion seeks to seek (entry ^ts) and decodes the version found, if it
 // belongs to the entry (length prefixLen+8).
 func readVersion(it *pebble.Iterator, seek []byte, prefixLen int) (uint64, bool, error) {
-	if !it.SeekGE(seek) || len(it.Key()) != prefixLen+8 || !bytes.Equal(it.Key()[:prefixLen], seek[:prefixLen]) {
+	var found bool
+	if len(seek) == prefixLen+8 && split(seek) == prefixLen {
+		found = it.SeekPrefixGE(seek) // bloom filters skip sstables without the entry
+	} else {
+		found = it.SeekGE(seek)
+	}
+	if !found || len(it.Key()) != prefixLen+8 || !bytes.Equal(it.Key()[:prefixLen], seek[:prefixLen]) {
 		return 0, false, it.Error()
 	}
 	v, err := it.ValueAndErr()
@@ -340,6 +378,10 @@ func (p *pebbleSPI) versions() (int64, error) {
 }
 
 func (p *pebbleSPI) sync() error {
+	if p.noWAL {
+		// Without a log only sstables are durable: flush the memtables.
+		return p.db.Flush()
+	}
 	// An empty synced batch fsyncs the WAL behind every earlier write.
 	return p.db.LogData(nil, pebble.Sync)
 }

@@ -156,7 +156,7 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 			return nil, fmt.Errorf("server: clear the index %s to rebuild it: %w", indexDir, err)
 		}
 	}
-	idxCfg := index.Config{Backend: cfg.IndexBackend, Dir: indexDir, NoSync: true, Logger: cfg.Logger}
+	idxCfg := index.Config{Backend: cfg.IndexBackend, Dir: indexDir, NoWAL: true, Logger: cfg.Logger}
 	n.Index, err = index.Open(idxCfg)
 	if err != nil && keepIndex {
 		// The index is derived from the files: a damaged one is rebuilt,
