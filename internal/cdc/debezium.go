@@ -40,7 +40,13 @@ type Decoder struct {
 	opts   DecoderOptions
 	vp, kp fastjson.Parser
 	warned map[string]bool
-	cols   map[*catalog.Table]map[string]int // column positions by name
+	cols   map[*catalog.Table]*columnOrder
+	// Schemas by their text, table names interned, and the last
+	// transaction id: messages repeat all three.
+	rowSchemas, keySchemas schemaCache
+	names                  map[string]string
+	lastTxRaw              []byte
+	lastTxID               string
 	// Skipped counts logical messages and tombstones.
 	Skipped uint64
 }
@@ -88,7 +94,8 @@ func NewDecoder(tables Tables, log *slog.Logger, opts DecoderOptions) *Decoder {
 	if opts.Decimals == "" {
 		opts.Decimals = DecimalPrecise
 	}
-	return &Decoder{tables: tables, log: log, opts: opts, warned: map[string]bool{}, cols: map[*catalog.Table]map[string]int{}}
+	return &Decoder{tables: tables, log: log, opts: opts, warned: map[string]bool{}, cols: map[*catalog.Table]*columnOrder{},
+		rowSchemas: schemaCache{}, keySchemas: schemaCache{}, names: map[string]string{}}
 }
 
 // SetTables replaces the table resolver (after the catalog changed).
@@ -122,8 +129,12 @@ func (d *Decoder) Decode(m Message) (rec Record, err error) {
 	}
 	// A file line may carry both: {"key": …, "value": …}.
 	keyVal := (*fastjson.Value)(nil)
-	if v.Type() == fastjson.TypeObject && v.Get("value") != nil && v.Get("payload") == nil && v.Get("op") == nil {
-		keyVal, v = v.Get("key"), v.Get("value")
+	rawValue, rawKey := m.Value, m.Key
+	top := membersOf(v, "value", "payload", "op", "key", "schema")
+	if top[0] != nil && top[1] == nil && top[2] == nil {
+		keyVal, v = top[3], top[0]
+		top = membersOf(v, "value", "payload", "op", "key", "schema")
+		rawValue, rawKey = member(m.Value, "value"), member(m.Value, "key")
 		if v.Type() == fastjson.TypeNull {
 			d.Skipped++
 			return Record{Kind: Skip, Pos: m.Pos, SkipReason: "tombstone"}, nil
@@ -133,7 +144,10 @@ func (d *Decoder) Decode(m Message) (rec Record, err error) {
 			return rec, reject(m.Pos, "key is not JSON: %v", err)
 		}
 	}
-	payload, schema := unwrap(v)
+	payload, schema := v, (*fastjson.Value)(nil)
+	if top[1] != nil && top[4] != nil { // a converter envelope
+		payload, schema = top[1], top[4]
+	}
 	if payload == nil || payload.Type() == fastjson.TypeNull {
 		d.Skipped++
 		return Record{Kind: Skip, Pos: m.Pos, SkipReason: "null payload"}, nil
@@ -141,15 +155,16 @@ func (d *Decoder) Decode(m Message) (rec Record, err error) {
 	if payload.Type() != fastjson.TypeObject {
 		return rec, reject(m.Pos, "payload is %s, not an object", payload.Type())
 	}
-	if st := payload.GetStringBytes("status"); st != nil {
+	pm := membersOf(payload, "status", "op", "source", "transaction", "before", "after")
+	if st := pm[0].GetStringBytes(); st != nil {
 		return d.boundary(m.Pos, payload, string(st))
 	}
-	op := payload.GetStringBytes("op")
+	op := pm[1].GetStringBytes()
 	if len(op) != 1 {
 		return rec, reject(m.Pos, "missing or bad \"op\" (not a Debezium change event?)")
 	}
 	rec.Op = Op(op[0])
-	source := payload.Get("source")
+	source := pm[2]
 	if rec.Op == OpMessage {
 		d.Skipped++
 		return Record{Kind: Skip, Pos: m.Pos, SkipReason: "logical message"}, nil
@@ -158,13 +173,13 @@ func (d *Decoder) Decode(m Message) (rec Record, err error) {
 	if source == nil {
 		return rec, reject(m.Pos, "change event without \"source\"")
 	}
-	rec.Table = string(source.GetStringBytes("table"))
+	rec.Table = d.intern(source.GetStringBytes("table"))
 	rec.SourceTSms = source.GetInt64("ts_ms")
 	if rec.Table == "" {
 		return rec, reject(m.Pos, "source.table is missing")
 	}
-	if tx := payload.Get("transaction"); tx != nil && tx.Type() == fastjson.TypeObject {
-		rec.TxID = normaliseTxID(string(tx.GetStringBytes("id")))
+	if tx := pm[3]; tx != nil && tx.Type() == fastjson.TypeObject {
+		rec.TxID = d.txID(tx.GetStringBytes("id"))
 		rec.TotalOrder = tx.GetInt64("total_order")
 	}
 	switch rec.Op {
@@ -173,7 +188,12 @@ func (d *Decoder) Decode(m Message) (rec Record, err error) {
 		return rec, reject(m.Pos, "unknown op %q", op)
 	}
 	t, ok := d.tables.Table(rec.Table)
-	fieldList := rowFields(schema)
+	sf := d.rowSchema(rawValue, schema)
+	var fieldList []field
+	var fields map[string]field
+	if sf != nil {
+		fieldList, fields = sf.list, sf.byName
+	}
 	if !ok {
 		if fieldList == nil {
 			return rec, reject(m.Pos, "table %q is not in the catalog and the message has no schema to create it from (declare the table, or enable schemas in the converter)", rec.Table)
@@ -187,15 +207,14 @@ func (d *Decoder) Decode(m Message) (rec Record, err error) {
 	if rec.Op == OpTruncate {
 		return rec, nil
 	}
-	fields := byName(fieldList)
-	if rec.Before, err = d.row(m.Pos, t, payload.Get("before"), fields); err != nil {
+	if rec.Before, err = d.row(m.Pos, t, pm[4], fields); err != nil {
 		return rec, err
 	}
-	if rec.After, err = d.row(m.Pos, t, payload.Get("after"), fields); err != nil {
+	if rec.After, err = d.row(m.Pos, t, pm[5], fields); err != nil {
 		return rec, err
 	}
 	if keyVal != nil && keyVal.Type() != fastjson.TypeNull {
-		if rec.Key, err = d.key(m.Pos, t, keyVal); err != nil {
+		if rec.Key, err = d.key(m.Pos, t, keyVal, rawKey); err != nil {
 			return rec, err
 		}
 	}
@@ -216,6 +235,26 @@ func isNull(b []byte) bool {
 	}
 	b = bytes.TrimSpace(b)
 	return len(b) == 0 || string(b) == "null"
+}
+
+// membersOf returns up to six named members of an object in one pass (the
+// first of duplicates, as Get does); nil for each one absent, or all when v
+// is not an object.
+func membersOf(v *fastjson.Value, names ...string) (out [6]*fastjson.Value) {
+	names = names[:min(len(names), len(out))]
+	o, err := v.Object()
+	if err != nil {
+		return out
+	}
+	o.Visit(func(k []byte, mv *fastjson.Value) {
+		for i, n := range names {
+			if out[i] == nil && string(k) == n {
+				out[i] = mv
+				return
+			}
+		}
+	})
+	return out
 }
 
 // unwrap separates the payload from a schema envelope, if there is one.
@@ -251,7 +290,7 @@ func allDigits(s string) bool {
 }
 
 func (d *Decoder) boundary(pos Position, p *fastjson.Value, status string) (Record, error) {
-	rec := Record{Pos: pos, TxID: normaliseTxID(string(p.GetStringBytes("id")))}
+	rec := Record{Pos: pos, TxID: d.txID(p.GetStringBytes("id"))}
 	if rec.TxID == "" {
 		return rec, reject(pos, "transaction %s without an id", status)
 	}
@@ -388,15 +427,12 @@ func (d *Decoder) row(pos Position, t *catalog.Table, obj *fastjson.Value, field
 	row := make([]any, len(cols))
 	seen := 0
 	var bad error
-	index := d.columnIndex(t)
+	co := d.columnOrder(t)
 	o.Visit(func(k []byte, v *fastjson.Value) {
 		if bad != nil {
 			return
 		}
-		i, ok := index[string(k)]
-		if !ok {
-			i = t.Schema.ColumnIndex(string(k)) // names differing only in case
-		}
+		i := co.position(seen, k, t)
 		if i < 0 {
 			bad = reject(pos, "table %s has no column %q (schema change at the source?)", t.Name, k)
 			return
@@ -421,30 +457,81 @@ func (d *Decoder) row(pos Position, t *catalog.Table, obj *fastjson.Value, field
 	return row, nil
 }
 
-// columnIndex maps a table's column names to positions, once per table
-// version (a schema change makes a new *Table).
-func (d *Decoder) columnIndex(t *catalog.Table) map[string]int {
-	m, ok := d.cols[t]
+// columnOrder maps a table's column names to positions, once per table
+// version (a schema change makes a new *Table). Messages of one table name
+// their columns in the same order, so the position of the n-th name seen
+// last time is checked first, by comparing the name, before the map.
+type columnOrder struct {
+	index map[string]int
+	last  []int // position of the n-th name of the last row, -1 unknown
+}
+
+func (d *Decoder) columnOrder(t *catalog.Table) *columnOrder {
+	co, ok := d.cols[t]
 	if !ok {
-		m = make(map[string]int, len(t.Schema.Columns))
+		co = &columnOrder{index: make(map[string]int, len(t.Schema.Columns))}
 		for i, c := range t.Schema.Columns {
-			m[c.Name] = i
+			co.index[c.Name] = i
 		}
 		if len(d.cols) > 1024 {
 			clear(d.cols)
 		}
-		d.cols[t] = m
+		d.cols[t] = co
 	}
-	return m
+	return co
+}
+
+// position is the column named k, the n-th name of a row image, or -1.
+func (co *columnOrder) position(n int, k []byte, t *catalog.Table) int {
+	cols := t.Schema.Columns
+	if n < len(co.last) {
+		if i := co.last[n]; i >= 0 && cols[i].Name == string(k) {
+			return i
+		}
+	}
+	i, ok := co.index[string(k)]
+	if !ok {
+		i = t.Schema.ColumnIndex(string(k)) // names differing only in case
+	}
+	for len(co.last) <= n {
+		co.last = append(co.last, -1)
+	}
+	co.last[n] = i
+	return i
+}
+
+// intern returns b as a string, the same one for the same bytes (table
+// names repeat in every message).
+func (d *Decoder) intern(b []byte) string {
+	if s, ok := d.names[string(b)]; ok {
+		return s
+	}
+	if len(d.names) >= 4096 {
+		clear(d.names)
+	}
+	s := string(b)
+	d.names[s] = s
+	return s
+}
+
+// txID normalises a transaction id, reusing the last one: a transaction's
+// changes arrive together.
+func (d *Decoder) txID(raw []byte) string {
+	if d.lastTxRaw != nil && bytes.Equal(raw, d.lastTxRaw) {
+		return d.lastTxID
+	}
+	d.lastTxRaw = append(d.lastTxRaw[:0], raw...)
+	d.lastTxID = normaliseTxID(string(raw))
+	return d.lastTxID
 }
 
 // key converts a message key to primary-key values.
-func (d *Decoder) key(pos Position, t *catalog.Table, v *fastjson.Value) ([]any, error) {
+func (d *Decoder) key(pos Position, t *catalog.Table, v *fastjson.Value, raw []byte) ([]any, error) {
 	var err error
 	payload, schema := unwrap(v)
 	var fields map[string]field
-	if schema != nil {
-		fields = byName(parseFields(schema.GetArray("fields")))
+	if sf := d.keySchema(raw, schema); sf != nil {
+		fields = sf.byName
 	}
 	out := make([]any, len(t.Schema.PrimaryKey))
 	for i, k := range t.Schema.PrimaryKey {
