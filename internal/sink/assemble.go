@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -23,11 +24,27 @@ type Txn struct {
 
 type pendingTxn struct {
 	id        string
-	changes   map[int64]cdc.Record // total_order → change (redeliveries collapse)
+	changes   []cdc.Record // by total_order; a redelivered one replaces its first copy
 	positions []cdc.Position
 	raw       []cdc.Message
 	end       *cdc.Record
 	since     time.Time
+}
+
+// add places a change by its total_order. Changes arrive in order almost
+// always: then it is an append.
+func (p *pendingTxn) add(r cdc.Record) {
+	n := len(p.changes)
+	if n == 0 || p.changes[n-1].TotalOrder < r.TotalOrder {
+		p.changes = append(p.changes, r)
+		return
+	}
+	i, found := slices.BinarySearchFunc(p.changes, r.TotalOrder, func(c cdc.Record, o int64) int { return cmp.Compare(c.TotalOrder, o) })
+	if found {
+		p.changes[i] = r
+		return
+	}
+	p.changes = slices.Insert(p.changes, i, r)
 }
 
 func (p *pendingTxn) complete() (bool, error) {
@@ -105,7 +122,7 @@ func (a *assembler) add(r cdc.Record) error {
 	}
 	p := a.open[r.TxID]
 	if p == nil {
-		p = &pendingTxn{id: r.TxID, changes: map[int64]cdc.Record{}, since: time.Now()}
+		p = &pendingTxn{id: r.TxID, since: time.Now()}
 		a.open[r.TxID] = p
 	}
 	p.positions = append(p.positions, r.Pos)
@@ -114,7 +131,7 @@ func (a *assembler) add(r cdc.Record) error {
 	}
 	switch r.Kind {
 	case cdc.Change:
-		p.changes[r.TotalOrder] = r
+		p.add(r)
 	case cdc.End:
 		if p.end == nil {
 			rr := r
@@ -136,16 +153,7 @@ func (a *assembler) release() error {
 		if !done {
 			return nil
 		}
-		t := Txn{ID: p.id, Positions: p.positions, Raw: p.raw}
-		orders := make([]int64, 0, len(p.changes))
-		for o := range p.changes {
-			orders = append(orders, o)
-		}
-		slices.Sort(orders)
-		for _, o := range orders {
-			t.Changes = append(t.Changes, p.changes[o])
-		}
-		a.out = append(a.out, t)
+		a.out = append(a.out, Txn{ID: p.id, Changes: p.changes, Positions: p.positions, Raw: p.raw})
 		delete(a.open, p.id)
 		a.ends = a.ends[1:]
 		a.released[p.id] = struct{}{}

@@ -76,12 +76,21 @@ func TestInterleavingsGiveTheSameTransactions(t *testing.T) {
 		"data first":     append(slices.Clone(data), meta...),
 		"random merge":   merge(data, meta, rng),
 		"redelivered":    append(merge(data, meta, rng), data[:40]...),
+		// Changes out of total_order, and copies of them, before any END.
+		"shuffled, metadata last":             append(shuffled(data, rng), meta...),
+		"shuffled with copies, metadata last": append(shuffled(append(slices.Clone(data), data[:40]...), rng), meta...),
 	}
 	for name, order := range orders {
 		if got := run(order); !slices.Equal(got, want) {
 			t.Fatalf("%s: transactions differ\n got %v\nwant %v", name, got[:min(3, len(got))], want[:3])
 		}
 	}
+}
+
+func shuffled(rs []cdc.Record, rng *rand.Rand) []cdc.Record {
+	out := slices.Clone(rs)
+	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
 }
 
 // merge interleaves two ordered streams; nil rng alternates strictly.
