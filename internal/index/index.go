@@ -158,6 +158,9 @@ type spi interface {
 	purge(gcTS uint64) (int, error)
 	// versions counts the versions held, tombstones included.
 	versions() (int64, error)
+	// setHorizon says no snapshot below gcTS will read again: a version
+	// superseded by one ≤ gcTS may go as soon as it is superseded.
+	setHorizon(gcTS uint64)
 	sync() error
 	close() error
 }
@@ -545,6 +548,18 @@ func (s *Store) Purge(_ context.Context, gcTS uint64) (int, error) {
 		return 0, err
 	}
 	return s.spi.purge(gcTS)
+}
+
+// SetHorizon tells the index that no snapshot below gcTS reads it any more
+// (the bound a purge at gcTS would use). The memory backend then drops a
+// version, rather than keeping it for the next purge, when a write makes it
+// invisible at every snapshot ≥ gcTS: an entry updated again and again
+// between purges keeps two versions, not all of them. A horizon never
+// moves back.
+func (s *Store) SetHorizon(gcTS uint64) {
+	if s.usable() == nil {
+		s.spi.setHorizon(gcTS)
+	}
 }
 
 // Versions counts the key versions the index holds (tombstones included):

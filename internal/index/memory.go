@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // tombVal marks a tombstone version; real row ids are below it.
@@ -177,15 +178,16 @@ func (sh *memShard) at(entry []byte, s slot, ts uint64) (version, bool) {
 	return version{}, false
 }
 
-// put adds or replaces the version at nv.ts; called with mu held.
-func (sh *memShard) put(entry []byte, nv version) (isNew bool) {
+// put adds or replaces the version at nv.ts; called with mu held. Versions
+// no snapshot ≥ horizon sees may go instead of being kept for the purge.
+func (sh *memShard) put(entry []byte, nv version, horizon uint64) (isNew bool) {
 	s, found := sh.get(entry)
-	return sh.putAt(entry, s, found, nv)
+	return sh.putAt(entry, s, found, nv, horizon)
 }
 
 // putAt is put for a caller that already holds the entry's slot: a
 // replayer's update looks the entry up once, not twice.
-func (sh *memShard) putAt(entry []byte, s slot, found bool, nv version) (isNew bool) {
+func (sh *memShard) putAt(entry []byte, s slot, found bool, nv version, horizon uint64) (isNew bool) {
 	switch {
 	case !found:
 		sh.set(entry, slot{last: nv})
@@ -194,7 +196,19 @@ func (sh *memShard) putAt(entry []byte, s slot, found bool, nv version) (isNew b
 		s.last = nv
 		sh.set(entry, s)
 	case nv.ts > s.last.ts:
-		if s.prev.ts != 0 { // the usual next version: push prev down
+		// The newest version ≤ horizon is the oldest any snapshot still
+		// reads: the versions older than it are the purge's already.
+		switch {
+		case s.prev.ts == 0:
+		case s.last.ts <= horizon: // prev and the spilled versions go
+			if s.spill {
+				sh.setSpill(entry, nil)
+				s.spill = false
+			}
+		case s.prev.ts <= horizon: // prev is kept, the spilled versions go
+			sh.setSpill(entry, append(sh.getSpill(entry)[:0], s.prev))
+			s.spill = true
+		default: // the usual next version: push prev down
 			sh.setSpill(entry, append(sh.getSpill(entry), s.prev))
 			s.spill = true
 		}
@@ -264,6 +278,9 @@ type prefixShard struct {
 
 // memorySPI is the in-memory backend: hash-sharded maps under RW locks.
 type memorySPI struct {
+	// horizon is the latest bound below which no snapshot reads (see
+	// Store.SetHorizon).
+	horizon  atomic.Uint64
 	seed     maphash.Seed
 	shards   [memShards]memShard
 	prefixes [memShards]prefixShard
@@ -291,7 +308,7 @@ func (s *memorySPI) apply(ops []op) error {
 		}
 		sh := s.shard(o.entry)
 		sh.mu.Lock()
-		isNew := sh.put(o.entry, version{o.ts, val})
+		isNew := sh.put(o.entry, version{o.ts, val}, s.horizon.Load())
 		sh.mu.Unlock()
 		if isNew && o.multi {
 			s.addPrefix(o.entry[:len(o.entry)-8], o.rowID)
@@ -313,7 +330,7 @@ func (s *memorySPI) mutate(muts []Mutation) error {
 		}
 		live := found && cur.val != tombVal
 		if nv, ok := m.check(cur.val, live); ok {
-			sh.putAt(m.Key.enc, sl, inMap, nv)
+			sh.putAt(m.Key.enc, sl, inMap, nv, s.horizon.Load())
 		}
 		sh.mu.Unlock()
 	}
@@ -514,6 +531,15 @@ func (s *memorySPI) dropPrefixEntry(entry []byte) {
 		}
 	}
 	ps.mu.Unlock()
+}
+
+func (s *memorySPI) setHorizon(gcTS uint64) {
+	for {
+		cur := s.horizon.Load()
+		if gcTS <= cur || s.horizon.CompareAndSwap(cur, gcTS) {
+			return
+		}
+	}
 }
 
 func (s *memorySPI) sync() error  { return nil }

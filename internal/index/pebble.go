@@ -377,6 +377,9 @@ func (p *pebbleSPI) versions() (int64, error) {
 	return n, errors.Join(it.Error(), it.Close())
 }
 
+// setHorizon does nothing: superseded versions stay in Pebble until a purge.
+func (p *pebbleSPI) setHorizon(uint64) {}
+
 func (p *pebbleSPI) sync() error {
 	if p.noWAL {
 		// Without a log only sstables are durable: flush the memtables.

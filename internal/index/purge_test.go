@@ -179,3 +179,51 @@ func TestRemapFileComposes(t *testing.T) {
 		})
 	}
 }
+
+// TestHorizonDropsSupersededVersions: with the horizon following the
+// writes, an entry updated again and again keeps the versions a purge at
+// the horizon would keep, and every snapshot at or above the horizon reads
+// what it read with all versions kept. Without a horizon every version
+// stays until a purge.
+func TestHorizonDropsSupersededVersions(t *testing.T) {
+	ctx := context.Background()
+	const updates = 100
+	for _, withHorizon := range []bool{false, true} {
+		s := openStore(t, "memory", "")
+		k, err := s.Key(pkIndex, int64(7), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for ts := uint64(1); ts <= updates; ts++ {
+			if withHorizon && ts > 2 {
+				s.SetHorizon(ts - 2) // snapshots ts-2 and ts-1 still read
+			}
+			if _, err := s.Mutate(ctx, []Mutation{{Key: k, TS: ts, Kind: Replace, RowID: ts * 10}}); err != nil && ts > 1 {
+				t.Fatal(err)
+			}
+			if ts == 1 {
+				if err := s.Put(ctx, k, 1, 10); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		n, err := s.Versions()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := int64(updates)
+		if withHorizon {
+			want = 3 // the newest ≤ the horizon (98), 99 and 100
+		}
+		if n != want {
+			t.Errorf("horizon %v: %d versions, want %d", withHorizon, n, want)
+		}
+		for ts := uint64(updates - 2); ts <= updates+1; ts++ {
+			id, ok, err := s.Lookup(ctx, k, ts)
+			if wantID := min(ts, updates) * 10; err != nil || !ok || id != wantID {
+				t.Errorf("horizon %v: lookup at %d = %d %v %v, want %d", withHorizon, ts, id, ok, err, wantID)
+			}
+		}
+		s.Close()
+	}
+}

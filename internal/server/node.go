@@ -225,6 +225,7 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 // every delete ever made. The sink decides when (on its ticks).
 func (n *Node) Collect(lwm uint64) {
 	lwm = n.gcBound(lwm)
+	n.Index.SetHorizon(lwm)
 	for _, rp := range n.Replayers {
 		rp.Collect(lwm)
 	}
