@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -394,6 +395,51 @@ func TestOpenURI(t *testing.T) {
 		if s, err := OpenURI(bad, false, nil); err == nil {
 			s.Close()
 			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// TestFileSourceLinesLongerThanItsBuffer: a line longer than the reader's
+// buffer comes whole, messages cut from one arena do not overlap, and a
+// line past the arena's end gets its own.
+func TestFileSourceLinesLongerThanItsBuffer(t *testing.T) {
+	long := `{"x":"` + strings.Repeat("a", 3<<20) + `"}`
+	var want []string
+	for i := range 2000 {
+		want = append(want, fmt.Sprintf(`{"n":%d}`, i))
+		if i == 7 {
+			want = append(want, long)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "lines.jsonl")
+	if err := os.WriteFile(path, []byte(strings.Join(want, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src, err := OpenFileSource(path, FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	var got [][]byte
+	for {
+		m, err := src.Next(context.Background())
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, m.Value)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d messages, want %d", len(got), len(want))
+	}
+	for i := range got {
+		_ = append(got[i], '!') // must not write into the next message
+	}
+	for i := range got {
+		if string(got[i]) != want[i] {
+			t.Fatalf("message %d: %.40q…, want %.40q…", i, got[i], want[i])
 		}
 	}
 }

@@ -39,6 +39,21 @@ type FileSource struct {
 	stream string
 	line   int64
 	carry  []byte // a partial last line while following
+	arena  []byte // messages' bytes are cut from here: one allocation per arenaSize
+}
+
+// arenaSize is how much line text one allocation holds. A message keeps its
+// arena alive until it is decoded; lines are short-lived, so that is brief.
+const arenaSize = 64 << 10
+
+// keep copies a line into the arena; the result's capacity ends with it.
+func (s *FileSource) keep(line []byte) []byte {
+	if len(line) > cap(s.arena)-len(s.arena) {
+		s.arena = make([]byte, 0, max(arenaSize, len(line)))
+	}
+	start := len(s.arena)
+	s.arena = append(s.arena, line...)
+	return s.arena[start:len(s.arena):len(s.arena)]
 }
 
 // OpenFileSource opens a file, a directory of files, or "-" for stdin.
@@ -112,12 +127,14 @@ func (s *FileSource) Next(ctx context.Context) (Message, error) {
 				return Message{}, err
 			}
 		}
-		chunk, err := s.r.ReadBytes('\n')
+		chunk, err := s.r.ReadSlice('\n') // a view of the reader's buffer
 		if len(chunk) > 0 {
 			s.carry = append(s.carry, chunk...)
 		}
 		switch {
 		case err == nil: // a whole line
+		case errors.Is(err, bufio.ErrBufferFull): // a line longer than the buffer
+			continue
 		case errors.Is(err, io.EOF):
 			last := s.cur == len(s.files)-1
 			if last && s.opts.Follow {
@@ -144,7 +161,7 @@ func (s *FileSource) Next(ctx context.Context) (Message, error) {
 		if len(line) == 0 || s.line < s.opts.Resume[s.stream] {
 			continue
 		}
-		return Message{Pos: Position{Stream: s.stream, Offset: s.line}, Value: bytes.Clone(line)}, nil
+		return Message{Pos: Position{Stream: s.stream, Offset: s.line}, Value: s.keep(line)}, nil
 	}
 }
 
