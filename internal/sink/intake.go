@@ -44,7 +44,9 @@ type intake struct {
 	log     *slog.Logger
 	dec     *cdc.Decoder
 	asm     *assembler
-	keyType map[uint32][]types.Type
+	keys    map[*catalog.Table]*tableKey
+	keyBuf  []byte // scratch for bucket's key encoding
+	keyVals []any
 	cur     intakeBatch
 	// What the start checkpoint says is applied: messages below a stream's
 	// resume offset, and the listed transactions. A redelivered copy is
@@ -63,7 +65,7 @@ type intake struct {
 func newIntake(s *Sink, source int, src cdc.Source, start mirror.Checkpoint) *intake {
 	in := &intake{s: s, source: source, src: src, log: s.log.With("source", source),
 		dec: cdc.NewDecoder(tablesOf{s.cfg.Catalog}, s.log, s.cfg.Decoder), asm: newAssembler(s.cfg.SnapshotBatch),
-		keyType: map[uint32][]types.Type{}, cur: intakeBatch{source: source},
+		keys: map[*catalog.Table]*tableKey{}, cur: intakeBatch{source: source},
 		resume: start.Resume, applied: map[string]bool{}}
 	for _, a := range start.Applied {
 		in.applied[a.ID] = true
@@ -341,7 +343,7 @@ func (in *intake) toTxn(tx Txn) (mirror.Txn, error) {
 			}
 			continue
 		}
-		ops, err := toOps(c, tb)
+		ops, err := toOps(c, tb, in.keyOf(tb).cols)
 		if err != nil {
 			return t, fmt.Errorf("%s: %w", c.Pos, err)
 		}
@@ -364,8 +366,7 @@ func (in *intake) toTxn(tx Txn) (mirror.Txn, error) {
 // toOps maps one change to replay operations; a primary-key change becomes
 // a delete of the old key and an insert of the new one, and a snapshot read
 // is an upsert (a re-snapshot overwrites the row).
-func toOps(c cdc.Record, t *catalog.Table) ([]replay.Op, error) {
-	keys := t.Schema.KeyColumns()
+func toOps(c cdc.Record, t *catalog.Table, keys []int) ([]replay.Op, error) {
 	pick := func(row []any) []any {
 		if row == nil {
 			return nil
@@ -455,32 +456,50 @@ func sameKey(a, b []any) bool {
 	return true
 }
 
+// tableKey is a table's primary key: its column positions and types.
+type tableKey struct {
+	cols  []int
+	types []types.Type
+}
+
+// keyOf returns t's primary key, worked out once per table version (a
+// schema change makes a new *Table).
+func (in *intake) keyOf(t *catalog.Table) *tableKey {
+	k, ok := in.keys[t]
+	if !ok {
+		k = &tableKey{cols: t.Schema.KeyColumns()}
+		for _, c := range k.cols {
+			k.types = append(k.types, t.Schema.Columns[c].Type)
+		}
+		if len(in.keys) >= 1024 {
+			clear(in.keys)
+		}
+		in.keys[t] = k
+	}
+	return k
+}
+
 // bucket hashes an operation's primary key.
 func (in *intake) bucket(t *catalog.Table, op replay.Op) (int, error) {
 	if t.Schema.GeneratedKey {
 		return replay.BucketFor(t, nil, in.s.cfg.Buckets), nil
 	}
+	key := in.keyOf(t)
 	vals := op.Key
 	if op.Kind == replay.Insert || op.Kind == replay.Upsert || vals == nil {
-		keys := t.Schema.KeyColumns()
-		vals = make([]any, len(keys))
-		for i, k := range keys {
+		vals = in.keyVals[:0]
+		for _, k := range key.cols {
 			if k >= len(op.Row) {
 				return 0, fmt.Errorf("row of %s has %d values", t.Name, len(op.Row))
 			}
-			vals[i] = op.Row[k]
+			vals = append(vals, op.Row[k])
 		}
+		in.keyVals = vals[:0]
 	}
-	kt := in.keyType[t.ID]
-	if kt == nil {
-		for _, k := range t.Schema.KeyColumns() {
-			kt = append(kt, t.Schema.Columns[k].Type)
-		}
-		in.keyType[t.ID] = kt
-	}
-	enc, err := index.AppendKey(nil, t.PrimaryIndexID, kt, vals)
+	enc, err := index.AppendKey(in.keyBuf[:0], t.PrimaryIndexID, key.types, vals)
 	if err != nil {
 		return 0, fmt.Errorf("primary key of %s: %w", t.Name, err)
 	}
+	in.keyBuf = enc[:0]
 	return replay.BucketOf(enc, in.s.cfg.Buckets), nil
 }
