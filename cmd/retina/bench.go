@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"runtime/pprof"
 
@@ -49,7 +50,7 @@ func newBenchCommand() *cobra.Command {
 // fills a report, and the report's JSON is the last line printed.
 func benchSubcommand[C any](name, short string, cfg C, flags func(*pflag.FlagSet, *C),
 	run func(context.Context, *bench.Report, C) error) *cobra.Command {
-	var cpuProfile string
+	var cpuProfile, memProfile string
 	cmd := &cobra.Command{
 		Use:   name,
 		Short: short,
@@ -71,11 +72,17 @@ func benchSubcommand[C any](name, short string, cfg C, flags func(*pflag.FlagSet
 			if err := run(cmd.Context(), r, cfg); err != nil {
 				return err
 			}
+			if memProfile != "" {
+				if err := writeAllocProfile(memProfile); err != nil {
+					return err
+				}
+			}
 			return r.Finish()
 		},
 	}
 	flags(cmd.Flags(), &cfg)
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	cmd.Flags().StringVar(&memProfile, "memprofile", "", "write the run's allocations (and the heap at its end) to this file (go tool pprof -sample_index=alloc_space)")
 	return cmd
 }
 
@@ -190,4 +197,18 @@ func crashFlags(f *pflag.FlagSet, cfg *bench.CrashConfig) {
 	f.Float64Var(&cfg.GCStaleShare, "gc-stale-share", cfg.GCStaleShare, "the servers' storage_gc_stale_share (low, so rewrites happen during the trials)")
 	f.StringVar(&cfg.Dir, "dir", "", "work directory to use and keep (source, data directory, servers' log); default a temporary one")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
+}
+
+// writeAllocProfile writes the heap profile, whose alloc_space and
+// alloc_objects samples cover the whole run.
+func writeAllocProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("memory profile %s: %w", path, err)
+	}
+	return f.Close()
 }

@@ -86,6 +86,31 @@ type assembler struct {
 	released map[string]struct{}
 	fifo     []string
 	dropped  []cdc.Position
+	// spare holds change slices handed back by recycle, for new
+	// transactions to fill instead of growing their own.
+	spare [][]cdc.Record
+}
+
+// maxSpare bounds the recycled change slices kept, and maxSpareCap their
+// size: a huge transaction's slice is left to the collector.
+const maxSpare, maxSpareCap = 64, 4096
+
+// recycle takes back a released transaction's changes once nothing reads
+// them any more.
+func (a *assembler) recycle(changes []cdc.Record) {
+	if len(a.spare) < maxSpare && cap(changes) > 0 && cap(changes) <= maxSpareCap {
+		clear(changes[:cap(changes)]) // drop the rows they point to
+		a.spare = append(a.spare, changes[:0])
+	}
+}
+
+func (a *assembler) spareChanges() []cdc.Record {
+	if n := len(a.spare); n > 0 {
+		c := a.spare[n-1]
+		a.spare = a.spare[:n-1]
+		return c
+	}
+	return nil
 }
 
 // rememberReleased bounds the set of released transaction ids.
@@ -122,7 +147,7 @@ func (a *assembler) add(r cdc.Record) error {
 	}
 	p := a.open[r.TxID]
 	if p == nil {
-		p = &pendingTxn{id: r.TxID, since: time.Now()}
+		p = &pendingTxn{id: r.TxID, since: time.Now(), changes: a.spareChanges()}
 		a.open[r.TxID] = p
 	}
 	p.positions = append(p.positions, r.Pos)

@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/retinadb/retina/internal/catalog"
@@ -47,6 +49,9 @@ type intake struct {
 	keys    map[*catalog.Table]*tableKey
 	keyBuf  []byte // scratch for bucket's key encoding
 	keyVals []any
+	batches batchPool
+	ops     []replay.Op // scratch for toTxn: a transaction's operations
+	where   []int       // and the bucket of each
 	cur     intakeBatch
 	// What the start checkpoint says is applied: messages below a stream's
 	// resume offset, and the listed transactions. A redelivered copy is
@@ -162,6 +167,7 @@ func (in *intake) loop(ctx context.Context, out chan<- intakeBatch) error {
 				}
 			}
 			in.takeAssembled()
+			in.batches.put(b)
 			if err := in.emit(ctx, out); err != nil {
 				return err
 			}
@@ -192,6 +198,28 @@ type decodedBatch struct {
 	ready chan struct{}
 }
 
+// batchPool keeps decoded batches for reuse: their records are large, and
+// a stream at full speed fills thousands of batches a second.
+type batchPool struct{ p sync.Pool }
+
+func (bp *batchPool) get(first cdc.Message) *decodedBatch {
+	b, _ := bp.p.Get().(*decodedBatch)
+	if b == nil {
+		b = &decodedBatch{}
+	}
+	b.msgs, b.ready = append(b.msgs[:0], first), make(chan struct{})
+	return b
+}
+
+// put takes back a batch whose records were all assembled (the assembler
+// copies them).
+func (bp *batchPool) put(b *decodedBatch) {
+	clear(b.msgs)
+	clear(b.recs)
+	clear(b.errs)
+	bp.p.Put(b)
+}
+
 // maxDecodeBatch bounds a batch; a batch takes only what is already queued,
 // so a quiet stream is decoded message by message without waiting.
 const maxDecodeBatch = 256
@@ -220,7 +248,7 @@ func (in *intake) decodeAhead(ctx context.Context, msgs <-chan cdc.Message) <-ch
 		defer close(ordered)
 		defer close(work)
 		for m := range msgs {
-			b := &decodedBatch{msgs: []cdc.Message{m}, ready: make(chan struct{})}
+			b := in.batches.get(m)
 		fill:
 			for len(b.msgs) < maxDecodeBatch {
 				select {
@@ -233,7 +261,7 @@ func (in *intake) decodeAhead(ctx context.Context, msgs <-chan cdc.Message) <-ch
 					break fill
 				}
 			}
-			b.recs, b.errs = make([]cdc.Record, len(b.msgs)), make([]error, len(b.msgs))
+			b.recs, b.errs = resized(b.recs, len(b.msgs)), resized(b.errs, len(b.msgs))
 			select {
 			case ordered <- b:
 			case <-ctx.Done():
@@ -315,6 +343,7 @@ func (in *intake) badInput(m cdc.Message, err error) error {
 func (in *intake) takeAssembled() {
 	for _, tx := range in.asm.take() {
 		t, err := in.toTxn(tx)
+		in.asm.recycle(tx.Changes) // the operations hold what replay needs
 		if err != nil {
 			// A change the catalog cannot place: the transaction is bad input
 			// as a whole. Propose it without operations but failing, so the
@@ -325,12 +354,16 @@ func (in *intake) takeAssembled() {
 	}
 }
 
-// toTxn turns a source transaction into operations per bucket.
+// toTxn turns a source transaction into operations per bucket. The
+// operations are worked out into scratch space first, then laid out by
+// bucket in one allocation.
 func (in *intake) toTxn(tx Txn) (mirror.Txn, error) {
+	const allBuckets = -1 // a truncate goes to every bucket
 	buckets := in.s.cfg.Buckets
-	per := make([][]replay.Op, buckets)
 	t := mirror.Txn{Source: in.source, ID: tx.ID, Positions: tx.Positions, Rows: len(tx.Changes), Raw: tx.Raw}
 	snap := in.s.cfg.Catalog.Snapshot()
+	ops, where := in.ops[:0], in.where[:0]
+	count := make([]int, buckets)
 	for _, c := range tx.Changes {
 		t.SourceMS = max(t.SourceMS, c.SourceTSms)
 		tb, ok := snap.Table(c.Table)
@@ -338,26 +371,51 @@ func (in *intake) toTxn(tx Txn) (mirror.Txn, error) {
 			return t, fmt.Errorf("%s: table %s is not in the catalog", c.Pos, c.Table)
 		}
 		if c.Op == cdc.OpTruncate {
-			for b := range per {
-				per[b] = append(per[b], replay.Op{Table: tb.ID, Kind: replay.Truncate})
+			ops, where = append(ops, replay.Op{Table: tb.ID, Kind: replay.Truncate}), append(where, allBuckets)
+			for b := range count {
+				count[b]++
 			}
 			continue
 		}
-		ops, err := toOps(c, tb, in.keyOf(tb).cols)
+		cops, err := toOps(c, tb, in.keyOf(tb).cols)
 		if err != nil {
 			return t, fmt.Errorf("%s: %w", c.Pos, err)
 		}
-		for _, op := range ops {
+		for _, op := range cops {
 			b, err := in.bucket(tb, op)
 			if err != nil {
 				return t, fmt.Errorf("%s: %w", c.Pos, err)
 			}
-			per[b] = append(per[b], op)
+			ops, where = append(ops, op), append(where, b)
+			count[b]++
 		}
 	}
-	for b, ops := range per {
-		if len(ops) > 0 {
-			t.Ops = append(t.Ops, mirror.BucketOps{Bucket: b, Ops: ops})
+	in.ops, in.where = ops, where
+	total := 0
+	for _, n := range count {
+		total += n
+	}
+	all := make([]replay.Op, total)
+	start := make([]int, buckets) // where each bucket's run begins in all
+	for b, at := 0, 0; b < buckets; b++ {
+		start[b], at = at, at+count[b]
+	}
+	next := slices.Clone(start)
+	for i, op := range ops {
+		if where[i] == allBuckets {
+			for b := range next {
+				all[next[b]] = op
+				next[b]++
+			}
+			continue
+		}
+		all[next[where[i]]] = op
+		next[where[i]]++
+	}
+	clear(ops) // the scratch must not keep rows alive
+	for b := range count {
+		if count[b] > 0 {
+			t.Ops = append(t.Ops, mirror.BucketOps{Bucket: b, Ops: all[start[b] : start[b]+count[b] : start[b]+count[b]]})
 		}
 	}
 	return t, nil
@@ -502,4 +560,12 @@ func (in *intake) bucket(t *catalog.Table, op replay.Op) (int, error) {
 	}
 	in.keyBuf = enc[:0]
 	return replay.BucketOf(enc, in.s.cfg.Buckets), nil
+}
+
+// resized returns s with length n, reusing its array when it is big enough.
+func resized[T any](s []T, n int) []T {
+	if cap(s) >= n {
+		return s[:n]
+	}
+	return make([]T, n)
 }

@@ -614,7 +614,8 @@ const (
 // queued into one Apply call, and carries out rollbacks.
 func (d *driver) bucketLoop(bucket int, r Replayer, q *bucketQueue) {
 	s := d.s
-	failed := false // a failure was reported: skip sends until the rollback
+	failed := false     // a failure was reported: skip sends until the rollback
+	var ops []replay.Op // merged sends, reused: Apply keeps none of them
 	for {
 		items, ok := q.take()
 		if !ok {
@@ -631,7 +632,8 @@ func (d *driver) bucketLoop(bucket int, r Replayer, q *bucketQueue) {
 				continue
 			}
 			j := i
-			var ops []replay.Op
+			clear(ops) // rows of the last batch are not kept alive
+			ops = ops[:0]
 			stable := uint64(0)
 			for ; j < len(items) && items[j].send != nil && j-i < maxMergedSends && len(ops) < maxMergedOps; j++ {
 				ops = append(ops, items[j].send.Ops...)
