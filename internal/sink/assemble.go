@@ -92,14 +92,19 @@ type assembler struct {
 }
 
 // maxSpare bounds the recycled change slices kept, and maxSpareCap their
-// size: a huge transaction's slice is left to the collector.
-const maxSpare, maxSpareCap = 64, 4096
+// size: a large transaction's (or snapshot batch's) slice is left to the
+// collector.
+const maxSpare, maxSpareCap = 64, 256
 
 // recycle takes back a released transaction's changes once nothing reads
-// them any more.
+// them any more. A spare slice is all zero: it was zero when new, and
+// only its first len(changes) records were ever set.
 func (a *assembler) recycle(changes []cdc.Record) {
-	if len(a.spare) < maxSpare && cap(changes) > 0 && cap(changes) <= maxSpareCap {
-		clear(changes[:cap(changes)]) // drop the rows they point to
+	if cap(changes) == 0 || cap(changes) > maxSpareCap {
+		return
+	}
+	if len(a.spare) < maxSpare {
+		clear(changes) // drop the rows they point to
 		a.spare = append(a.spare, changes[:0])
 	}
 }
