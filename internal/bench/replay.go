@@ -103,7 +103,10 @@ func WriteBuffer(ctx context.Context, r *Report, cfg WriteBufferConfig) error {
 	for i, c := range cols {
 		wcols[i] = writebuffer.Column{Name: c.Name, Type: c.Type, Nullable: c.Nullable}
 	}
-	buf, err := writebuffer.New(writebuffer.Config{TableID: tb.ID, Columns: wcols, Catalog: cat, Lake: store, Logger: slog.New(slog.DiscardHandler)})
+	// The block cache the server has by default (--block-cache-mib 128):
+	// combinations take their blocks from it.
+	cache := writebuffer.NewBlockCache(128 << 20)
+	buf, err := writebuffer.New(writebuffer.Config{TableID: tb.ID, Columns: wcols, Catalog: cat, Lake: store, Cache: cache, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,10 @@
 package writebuffer
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -521,5 +523,75 @@ func TestWidenWhileAnAppendWaits(t *testing.T) {
 	want := "0=(null) 1=(null) 2=(null) 3=(null) 4=(null) 5=(null) 6=(null) 7=(null) 8=(null) 9=5 10=(null)"
 	if strings.Join(got, " ") != want {
 		t.Fatalf("rows %s, want %s", strings.Join(got, " "), want)
+	}
+}
+
+// countingLake counts reads of block objects.
+type countingLake struct {
+	*lake.Store
+	blockGets atomic.Int64
+}
+
+func (c *countingLake) Get(ctx context.Context, key string) ([]byte, error) {
+	if strings.Contains(key, "/v") {
+		c.blockGets.Add(1)
+	}
+	return c.Store.Get(ctx, key)
+}
+
+// TestCombinationTakesCachedBlocks: a file whose blocks are all still in
+// the block cache is combined from them without reading a block object;
+// one whose blocks left the cache reads them; both files hold the same
+// rows with the same versions.
+func TestCombinationTakesCachedBlocks(t *testing.T) {
+	ctx := context.Background()
+	combined := func(budget int64) (gets int64, rows [][2]int64) {
+		cat, tb := testTable(t)
+		l := &countingLake{Store: memLake(t)}
+		b, err := New(Config{TableID: tb.ID, Columns: testCols, Catalog: cat, Lake: l, Cache: NewBlockCache(budget),
+			BlockRows: 16, FileBlocks: 4, FlushWorkers: 1, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close(ctx)
+		for i := range 4 * 16 {
+			if _, err := b.Append(ctx, uint64(i/3+1), [][]any{{int64(i), fmt.Sprint("row", i)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.Flush(ctx); err != nil { // waits for the combination
+			t.Fatal(err)
+		}
+		v := b.View(b.VirtualFiles()...)
+		defer v.Release()
+		data, err := l.Store.Get(ctx, RegularKey(tb.ID, 1))
+		if err != nil {
+			t.Fatalf("combined file: %v (views %+v)", err, v.Files)
+		}
+		f, err := lake.OpenFile(bytes.NewReader(data), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		for g := range f.RowGroups() {
+			rec, err := f.ReadRowGroup(ctx, g, []int{0}, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids, ts := rec.Column(0).(*array.Int64).Int64Values(), rec.Column(1).(*array.Int64).Int64Values()
+			for i := range ids {
+				rows = append(rows, [2]int64{ids[i], ts[i]})
+			}
+			rec.Release()
+		}
+		return l.blockGets.Load(), rows
+	}
+	cachedGets, fromCache := combined(1 << 30)
+	readGets, fromObjects := combined(1)
+	if cachedGets != 0 || readGets != 4 {
+		t.Fatalf("block objects read: %d with every block cached (want 0), %d with none (want 4)", cachedGets, readGets)
+	}
+	if len(fromCache) != 64 || !slices.Equal(fromCache, fromObjects) {
+		t.Fatalf("combined from the cache: %d rows %v…; from the objects: %d rows %v…", len(fromCache), fromCache[:min(3, len(fromCache))], len(fromObjects), fromObjects[:min(3, len(fromObjects))])
 	}
 }

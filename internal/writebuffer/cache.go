@@ -88,6 +88,22 @@ func (c *BlockCache) dropLocked(e *cacheEntry) {
 	e.mu.Unlock()
 }
 
+// borrow is retain for the buffer's own combination: it counts neither a
+// hit nor a miss (those measure scans).
+func (c *BlockCache) borrow(e *cacheEntry) []arrow.RecordBatch {
+	if e == nil {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]arrow.RecordBatch, len(e.recs))
+	for i, r := range e.recs {
+		r.Retain()
+		out[i] = r
+	}
+	return out
+}
+
 // retain returns the cached records with a reference each for the caller,
 // or nil once evicted, and counts the hit or miss.
 func (c *BlockCache) retain(e *cacheEntry) []arrow.RecordBatch {

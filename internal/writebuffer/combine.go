@@ -32,17 +32,30 @@ func (b *Buffer) maybeCombine(f *VirtualFile) {
 	}
 	f.combining = true
 	keys := make([]string, len(f.blocks))
+	var cached [][]arrow.RecordBatch // blocks still decoded in the cache
+	if b.cfg.Cache != nil {
+		cached = make([][]arrow.RecordBatch, len(f.blocks))
+	}
 	for i, blk := range f.blocks {
 		keys[i] = blk.key
+		if cached != nil {
+			cached[i] = b.cfg.Cache.borrow(blk.cached)
+		}
 	}
 	schema := b.schema
-	b.bg.Go(func() { b.combine(f, keys, schema) })
+	b.bg.Go(func() { b.combine(f, keys, cached, schema) })
 }
 
-// combine runs one combination of f; on failure it schedules the next try.
-func (b *Buffer) combine(f *VirtualFile, keys []string, schema *arrow.Schema) {
+// combine runs one combination of f; on failure it schedules the next try
+// (reading every block from the lake: the borrowed records are returned).
+func (b *Buffer) combine(f *VirtualFile, keys []string, cached [][]arrow.RecordBatch, schema *arrow.Schema) {
 	ctx := context.Background()
-	groups, err := CombineBlocks(ctx, b.cfg.Lake, schema, b.cfg.TableID, f.id, keys, CombinedGroupRows(b.cfg.BlockRows))
+	groups, err := combineBlocks(ctx, b.cfg.Lake, schema, b.cfg.TableID, f.id, keys, cached, CombinedGroupRows(b.cfg.BlockRows))
+	for _, recs := range cached {
+		for _, r := range recs {
+			r.Release()
+		}
+	}
 	if err == nil {
 		b.cfg.Failpoints.Hit(failpoint.CombineBeforeCatalog)
 		_, err = b.cfg.Catalog.SetFileState(ctx, f.id, catalog.Regular, groups)
@@ -72,7 +85,7 @@ func (b *Buffer) combine(f *VirtualFile, keys []string, schema *arrow.Schema) {
 				b.notify()
 				return
 			}
-			b.bg.Go(func() { b.combine(f, keys, schema) })
+			b.bg.Go(func() { b.combine(f, keys, nil, schema) })
 		})
 		return
 	}
@@ -95,24 +108,32 @@ func CombinedGroupRows(blockRows int) int64 { return int64(max(blockRows, 1)) * 
 // gets NULL in them. The blocks stay; the caller deletes them once the
 // catalog names the regular file.
 func CombineBlocks(ctx context.Context, l Lake, schema *arrow.Schema, table uint32, file uint64, keys []string, groupRows int64) ([]lake.RowGroupMeta, error) {
-	blocks := make([][]byte, len(keys))
-	size := 0
-	for i, key := range keys {
-		data, err := l.Get(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		blocks[i] = data
-		size += len(data)
-	}
+	return combineBlocks(ctx, l, schema, table, file, keys, nil, groupRows)
+}
+
+// combineBlocks is CombineBlocks taking a block's rows from cached[i] when
+// the cache still had them decoded, in the file's schema: the object is
+// then neither read nor decoded.
+func combineBlocks(ctx context.Context, l Lake, schema *arrow.Schema, table uint32, file uint64, keys []string, cached [][]arrow.RecordBatch, groupRows int64) ([]lake.RowGroupMeta, error) {
 	var buf bytes.Buffer
-	buf.Grow(size) // zstd output is smaller than the snappy blocks
 	w, err := lake.NewFileWriter(&buf, schema, lake.WriterOptions{RowGroupRows: groupRows})
 	if err != nil {
 		return nil, err
 	}
 	for i, key := range keys {
-		if err := copyBlock(ctx, w, schema, key, blocks[i]); err != nil {
+		if i < len(cached) && sameSchema(cached[i], schema) {
+			for _, r := range cached[i] {
+				if err := w.Write(r); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
+		data, err := l.Get(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if err := copyBlock(ctx, w, schema, key, data); err != nil {
 			return nil, err
 		}
 	}
@@ -124,6 +145,17 @@ func CombineBlocks(ctx context.Context, l Lake, schema *arrow.Schema, table uint
 		return nil, err
 	}
 	return groups, nil
+}
+
+// sameSchema reports records that are there and all in schema (a block
+// built before the table gained columns is not).
+func sameSchema(recs []arrow.RecordBatch, schema *arrow.Schema) bool {
+	for _, r := range recs {
+		if !r.Schema().Equal(schema) {
+			return false
+		}
+	}
+	return len(recs) > 0
 }
 
 // copyBlock appends every row of one block object to w.

@@ -1,7 +1,6 @@
 package writebuffer
 
 import (
-	"bytes"
 	"context"
 	"time"
 
@@ -119,12 +118,10 @@ func (b *Buffer) dequeue(blk *block) {
 // Block objects live only until combination, so they are written for speed
 // (snappy, no dictionaries); the combined file gets zstd and dictionaries.
 func (b *Buffer) upload(key string, recs []arrow.RecordBatch, rows int64) error {
-	var buf bytes.Buffer
-	for _, r := range recs {
-		buf.Grow(int(recordBytes(r)))
-	}
+	buf := b.encodeBuffer()
+	defer b.putEncodeBuffer(buf)
 	schema := b.schemaOf(recs)
-	w, err := lake.NewFileWriter(&buf, schema, lake.WriterOptions{RowGroupRows: max(rows, 1), Codec: "snappy", PlainStrings: true})
+	w, err := lake.NewFileWriter(buf, schema, lake.WriterOptions{RowGroupRows: max(rows, 1), Codec: "snappy", PlainStrings: true})
 	if err != nil {
 		return err
 	}
