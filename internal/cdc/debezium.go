@@ -130,10 +130,10 @@ func (d *Decoder) Decode(m Message) (rec Record, err error) {
 	// A file line may carry both: {"key": …, "value": …}.
 	keyVal := (*fastjson.Value)(nil)
 	rawValue, rawKey := m.Value, m.Key
-	top := membersOf(v, "value", "payload", "op", "key", "schema")
-	if top[0] != nil && top[1] == nil && top[2] == nil {
-		keyVal, v = top[3], top[0]
-		top = membersOf(v, "value", "payload", "op", "key", "schema")
+	top := membersOf(v)
+	if top.value != nil && top.payload == nil && top.op == nil {
+		keyVal, v = top.key, top.value
+		top = membersOf(v)
 		rawValue, rawKey = member(m.Value, "value"), member(m.Value, "key")
 		if v.Type() == fastjson.TypeNull {
 			d.Skipped++
@@ -144,9 +144,10 @@ func (d *Decoder) Decode(m Message) (rec Record, err error) {
 			return rec, reject(m.Pos, "key is not JSON: %v", err)
 		}
 	}
-	payload, schema := v, (*fastjson.Value)(nil)
-	if top[1] != nil && top[4] != nil { // a converter envelope
-		payload, schema = top[1], top[4]
+	payload, schema, pm := v, (*fastjson.Value)(nil), top
+	if top.payload != nil && top.schema != nil { // a converter envelope
+		payload, schema = top.payload, top.schema
+		pm = membersOf(payload)
 	}
 	if payload == nil || payload.Type() == fastjson.TypeNull {
 		d.Skipped++
@@ -155,16 +156,15 @@ func (d *Decoder) Decode(m Message) (rec Record, err error) {
 	if payload.Type() != fastjson.TypeObject {
 		return rec, reject(m.Pos, "payload is %s, not an object", payload.Type())
 	}
-	pm := membersOf(payload, "status", "op", "source", "transaction", "before", "after")
-	if st := pm[0].GetStringBytes(); st != nil {
+	if st := pm.status.GetStringBytes(); st != nil {
 		return d.boundary(m.Pos, payload, string(st))
 	}
-	op := pm[1].GetStringBytes()
+	op := pm.op.GetStringBytes()
 	if len(op) != 1 {
 		return rec, reject(m.Pos, "missing or bad \"op\" (not a Debezium change event?)")
 	}
 	rec.Op = Op(op[0])
-	source := pm[2]
+	source := pm.source
 	if rec.Op == OpMessage {
 		d.Skipped++
 		return Record{Kind: Skip, Pos: m.Pos, SkipReason: "logical message"}, nil
@@ -178,7 +178,7 @@ func (d *Decoder) Decode(m Message) (rec Record, err error) {
 	if rec.Table == "" {
 		return rec, reject(m.Pos, "source.table is missing")
 	}
-	if tx := pm[3]; tx != nil && tx.Type() == fastjson.TypeObject {
+	if tx := pm.transaction; tx != nil && tx.Type() == fastjson.TypeObject {
 		rec.TxID = d.txID(tx.GetStringBytes("id"))
 		rec.TotalOrder = tx.GetInt64("total_order")
 	}
@@ -207,10 +207,10 @@ func (d *Decoder) Decode(m Message) (rec Record, err error) {
 	if rec.Op == OpTruncate {
 		return rec, nil
 	}
-	if rec.Before, err = d.row(m.Pos, t, pm[4], fields); err != nil {
+	if rec.Before, err = d.row(m.Pos, t, pm.before, fields); err != nil {
 		return rec, err
 	}
-	if rec.After, err = d.row(m.Pos, t, pm[5], fields); err != nil {
+	if rec.After, err = d.row(m.Pos, t, pm.after, fields); err != nil {
 		return rec, err
 	}
 	if keyVal != nil && keyVal.Type() != fastjson.TypeNull {
@@ -237,24 +237,51 @@ func isNull(b []byte) bool {
 	return len(b) == 0 || string(b) == "null"
 }
 
-// membersOf returns up to six named members of an object in one pass (the
-// first of duplicates, as Get does); nil for each one absent, or all when v
-// is not an object.
-func membersOf(v *fastjson.Value, names ...string) (out [6]*fastjson.Value) {
-	names = names[:min(len(names), len(out))]
+// members are the parts of a message object Decode reads: those of an
+// envelope or of a payload (a bare payload is both at once).
+type members struct {
+	value, payload, key, schema                    *fastjson.Value
+	status, op, source, transaction, before, after *fastjson.Value
+}
+
+// membersOf reads them in one pass over the object (the first of
+// duplicates, as Get does); none when v is not an object.
+func membersOf(v *fastjson.Value) (m members) {
 	o, err := v.Object()
 	if err != nil {
-		return out
+		return m
 	}
-	o.Visit(func(k []byte, mv *fastjson.Value) {
-		for i, n := range names {
-			if out[i] == nil && string(k) == n {
-				out[i] = mv
-				return
-			}
+	o.Visit(func(k []byte, x *fastjson.Value) {
+		var slot **fastjson.Value
+		switch string(k) {
+		case "value":
+			slot = &m.value
+		case "payload":
+			slot = &m.payload
+		case "key":
+			slot = &m.key
+		case "schema":
+			slot = &m.schema
+		case "status":
+			slot = &m.status
+		case "op":
+			slot = &m.op
+		case "source":
+			slot = &m.source
+		case "transaction":
+			slot = &m.transaction
+		case "before":
+			slot = &m.before
+		case "after":
+			slot = &m.after
+		default:
+			return
+		}
+		if *slot == nil {
+			*slot = x
 		}
 	})
-	return out
+	return m
 }
 
 // unwrap separates the payload from a schema envelope, if there is one.
