@@ -103,10 +103,9 @@ func WriteBuffer(ctx context.Context, r *Report, cfg WriteBufferConfig) error {
 	for i, c := range cols {
 		wcols[i] = writebuffer.Column{Name: c.Name, Type: c.Type, Nullable: c.Nullable}
 	}
-	// The block cache the server has by default (--block-cache-mib 128):
-	// combinations take their blocks from it.
-	cache := writebuffer.NewBlockCache(128 << 20)
-	buf, err := writebuffer.New(writebuffer.Config{TableID: tb.ID, Columns: wcols, Catalog: cat, Lake: store, Cache: cache, Logger: slog.New(slog.DiscardHandler)})
+	// No block cache, as the server runs by default (--block-cache-mib 0):
+	// combinations read their blocks back from the lake.
+	buf, err := writebuffer.New(writebuffer.Config{TableID: tb.ID, Columns: wcols, Catalog: cat, Lake: store, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}
