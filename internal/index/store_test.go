@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/retinadb/retina/internal/types"
 )
 
@@ -604,4 +606,22 @@ func TestConcurrentBucketsAndLookups(t *testing.T) {
 			t.Error("purge never removed a version")
 		}
 	})
+}
+
+// TestPebbleIndexOfAnotherComparerDoesNotOpen: an index directory written
+// with Pebble's default comparer (no version split, no bloom filters) is
+// refused at open, so the server rebuilds it instead of misreading it.
+func TestPebbleIndexOfAnotherComparerDoesNotOpen(t *testing.T) {
+	dir := t.TempDir()
+	db, err := pebble.Open(dir, &pebble.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Open(Config{Backend: "pebble", Dir: dir, Logger: quiet()}); err == nil {
+		s.Close()
+		t.Fatal("an index made with another comparer opened")
+	}
 }
