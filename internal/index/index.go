@@ -161,6 +161,9 @@ type spi interface {
 	// setHorizon says no snapshot below gcTS will read again: a version
 	// superseded by one ≤ gcTS may go as soon as it is superseded.
 	setHorizon(gcTS uint64)
+	// stamp records the snapshot the index is at; stamped reads it back.
+	stamp(ts uint64) error
+	stamped() (uint64, bool, error)
 	sync() error
 	close() error
 }
@@ -560,6 +563,27 @@ func (s *Store) SetHorizon(gcTS uint64) {
 	if s.usable() == nil {
 		s.spi.setHorizon(gcTS)
 	}
+}
+
+// Stamp records in the index that it is the index at snapshot ts; a Sync
+// after it makes the stamp durable with everything written before it. A
+// clean stop stamps its checkpoint's snapshot, and a start keeps the index
+// only if it finds that stamp: an index missing its last writes (a torn
+// Pebble manifest reopens at an earlier state) is rebuilt, not served.
+func (s *Store) Stamp(ts uint64) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	return s.spi.stamp(ts)
+}
+
+// Stamped returns the last stamp, and false when there is none (always
+// for the memory backend).
+func (s *Store) Stamped() (uint64, bool, error) {
+	if err := s.usable(); err != nil {
+		return 0, false, err
+	}
+	return s.spi.stamped()
 }
 
 // Versions counts the key versions the index holds (tombstones included):

@@ -16,6 +16,7 @@ import (
 //
 //	'S' entry ^ts     → 8-byte row id, or empty for a tombstone
 //	'M' first         → n (4) file id (8) row group (4) offset (4) [kept (4)…]
+//	'T'               → ts (8): the snapshot a clean stop synced the index at
 //
 // All integers are big-endian. The kept row numbers (first + k, ascending)
 // are there only after storage GC rewrote the range's file: the i-th of
@@ -32,8 +33,9 @@ import (
 // not there. Plain byte order is still the key order (entries are
 // prefix-free), so only the name differs from Pebble's default comparer.
 const (
-	pfxSPI = 'S'
-	pfxMI  = 'M'
+	pfxSPI   = 'S'
+	pfxMI    = 'M'
+	keyStamp = 'T'
 )
 
 // comparerName is stored in the database; an index made with another
@@ -375,6 +377,28 @@ func (p *pebbleSPI) versions() (int64, error) {
 		n++
 	}
 	return n, errors.Join(it.Error(), it.Close())
+}
+
+func (p *pebbleSPI) stamp(ts uint64) error {
+	if err := p.db.Set([]byte{keyStamp}, binary.BigEndian.AppendUint64(nil, ts), p.wopt); err != nil {
+		return fmt.Errorf("index: stamp: %w", err)
+	}
+	return nil
+}
+
+func (p *pebbleSPI) stamped() (uint64, bool, error) {
+	v, closer, err := p.db.Get([]byte{keyStamp})
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("index: read the stamp: %w", err)
+	}
+	defer closer.Close()
+	if len(v) != 8 {
+		return 0, false, fmt.Errorf("index: corrupt stamp of %d bytes", len(v))
+	}
+	return binary.BigEndian.Uint64(v), true, nil
 }
 
 // setHorizon does nothing: superseded versions stay in Pebble until a purge.

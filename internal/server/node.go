@@ -158,10 +158,18 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	}
 	idxCfg := index.Config{Backend: cfg.IndexBackend, Dir: indexDir, NoWAL: true, Logger: cfg.Logger}
 	n.Index, err = index.Open(idxCfg)
+	if err == nil && keepIndex {
+		if ts, ok, serr := n.Index.Stamped(); serr != nil || !ok || ts != m.TS {
+			// It opened at another state than the clean stop left (a torn
+			// manifest reopens at an earlier one).
+			err = fmt.Errorf("its stamp (%d, found %v, %v) is not the checkpoint's snapshot %d", ts, ok, serr, m.TS)
+			n.Index.Close()
+		}
+	}
 	if err != nil && keepIndex {
 		// The index is derived from the files: a damaged one is rebuilt,
 		// never served.
-		n.log.Warn("the index kept at the clean stop does not open; rebuilding it from the files", "dir", indexDir, "err", err)
+		n.log.Warn("the index kept at the clean stop does not open as it was; rebuilding it from the files", "dir", indexDir, "err", err)
 		keepIndex = false
 		if rmErr := os.RemoveAll(indexDir); rmErr != nil {
 			return nil, fmt.Errorf("server: clear the damaged index %s to rebuild it: %w (it failed with: %v)", indexDir, rmErr, err)
@@ -287,12 +295,17 @@ func (n *Node) Persist(ctx context.Context, sources []checkpoint.Source) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("server: finish write buffers: %w", err)
 	}
-	if err := n.Index.Sync(); err != nil {
-		return fmt.Errorf("server: sync the index: %w", err)
-	}
 	w, err := n.Txn.Watermarks(ctx)
 	if err != nil {
 		return err
+	}
+	// The stamp is synced with the rest: a start keeps the index only
+	// when it finds the checkpoint's snapshot there.
+	if err := n.Index.Stamp(w.HWM - 1); err != nil {
+		return fmt.Errorf("server: stamp the index: %w", err)
+	}
+	if err := n.Index.Sync(); err != nil {
+		return fmt.Errorf("server: sync the index: %w", err)
 	}
 	st, err := n.Seal(w.HWM - 1)
 	if err != nil {

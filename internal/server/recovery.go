@@ -53,6 +53,9 @@ type Recovery struct {
 	// regular; Duration is the time the restore took.
 	Dropped, Combined int
 	Duration          time.Duration
+	// IndexKept says the index on disk was the checkpoint's and was kept
+	// rather than rebuilt from the files.
+	IndexKept bool
 }
 
 // loadCheckpoint reads the last checkpoint; an older version's clean stop
@@ -139,7 +142,7 @@ func (n *Node) restore(ctx context.Context, m *checkpoint.Manifest, rebuildIndex
 	if m.Buckets != n.Config.Buckets || m.Replayers != n.Config.Replayers {
 		return fmt.Errorf("server: the checkpoint was taken with --buckets %d --replayers %d, this start asks for --buckets %d --replayers %d: start with those", m.Buckets, m.Replayers, n.Config.Buckets, n.Config.Replayers)
 	}
-	rec := Recovery{Checkpoint: m.TS, Written: m.Written, Clean: m.Clean}
+	rec := Recovery{Checkpoint: m.TS, Written: m.Written, Clean: m.Clean, IndexKept: !rebuildIndex}
 	keep := make(map[uint64]bool, len(m.Files))
 	for _, f := range m.Files {
 		keep[f.ID] = true
