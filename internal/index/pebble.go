@@ -125,6 +125,16 @@ func (p *pebbleSPI) apply(ops []op) error {
 	return nil
 }
 
+// bound makes an 'S' bound or seek key from a key prefix k: k followed by
+// the version suffix of the newest possible version (^MaxUint64, all
+// zeros). Every 'S' key Pebble sees must end in a version, or split would
+// cut an unversioned one in the wrong place; no stored key lies between k
+// and the bound, as every stored key has at least eight bytes after any
+// entry prefix.
+func bound(k []byte) []byte {
+	return append(k, 0, 0, 0, 0, 0, 0, 0, 0)
+}
+
 // upperBound is the smallest key greater than every key with prefix p.
 func upperBound(p []byte) []byte {
 	up := bytes.Clone(p)
@@ -139,7 +149,7 @@ func upperBound(p []byte) []byte {
 
 func (p *pebbleSPI) lookup(entry []byte, ts uint64) (uint64, bool, error) {
 	lower := append([]byte{pfxSPI}, entry...)
-	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upperBound(lower)})
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: bound(bytes.Clone(lower)), UpperBound: bound(upperBound(lower))})
 	if err != nil {
 		return 0, false, fmt.Errorf("index: iterator: %w", err)
 	}
@@ -244,7 +254,7 @@ func readVersion(it *pebble.Iterator, seek []byte, prefixLen int) (uint64, bool,
 
 func (p *pebbleSPI) scan(prefix []byte, ts uint64, fn func(uint64)) error {
 	lower := append([]byte{pfxSPI}, prefix...)
-	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upperBound(lower)})
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: bound(bytes.Clone(lower)), UpperBound: bound(upperBound(lower))})
 	if err != nil {
 		return fmt.Errorf("index: iterator: %w", err)
 	}
@@ -266,7 +276,7 @@ func (p *pebbleSPI) scan(prefix []byte, ts uint64, fn func(uint64)) error {
 			fn(id)
 		}
 		// Next row id: past every version of this entry.
-		ok = it.SeekGE(upperBound(entry))
+		ok = it.SeekGE(bound(upperBound(entry)))
 	}
 	return it.Error()
 }
@@ -289,7 +299,7 @@ func (p *pebbleSPI) revert(ops []op) error {
 
 func (p *pebbleSPI) each(prefix []byte, ts uint64, fn func(entry []byte, rowID uint64) error) error {
 	lower := append([]byte{pfxSPI}, prefix...)
-	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upperBound(lower)})
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: bound(bytes.Clone(lower)), UpperBound: bound(upperBound(lower))})
 	if err != nil {
 		return fmt.Errorf("index: iterator: %w", err)
 	}
@@ -311,7 +321,7 @@ func (p *pebbleSPI) each(prefix []byte, ts uint64, fn func(entry []byte, rowID u
 				return err
 			}
 		}
-		ok = it.SeekGE(upperBound(entry)) // the next entry, past every version of this one
+		ok = it.SeekGE(bound(upperBound(entry))) // the next entry, past every version of this one
 	}
 	return it.Error()
 }
