@@ -317,14 +317,7 @@ func TestCorruptCheckpointIsRefused(t *testing.T) {
 // and answers as before.
 func TestDamagedPebbleIndexIsRebuilt(t *testing.T) {
 	dir := t.TempDir()
-	n := mustOpen(t, dir, "pebble", nil)
-	w := &workload{n: n, tb: accountTable(t, n), state: map[int64]int64{}}
-	w.insert(t, 300)
-	w.churn(t)
-	if err := n.Persist(context.Background(), nil); err != nil {
-		t.Fatal(err)
-	}
-	n.Close(context.Background())
+	w := stoppedCleanWithPebble(t, dir)
 	manifests, _ := filepath.Glob(filepath.Join(dir, "index", "MANIFEST-*"))
 	if len(manifests) == 0 {
 		t.Fatal("no Pebble manifest to damage")
@@ -334,7 +327,7 @@ func TestDamagedPebbleIndexIsRebuilt(t *testing.T) {
 		data[len(data)/2] ^= 0xff
 		os.WriteFile(m, data, 0o644)
 	}
-	n = mustOpen(t, dir, "pebble", nil)
+	n := mustOpen(t, dir, "pebble", nil)
 	defer n.Close(context.Background())
 	w.n = n
 	if n.Recovery.IndexKept {
@@ -354,15 +347,8 @@ func TestDamagedPebbleIndexIsRebuilt(t *testing.T) {
 // a further crash it is not (the newest checkpoint is not a clean one).
 func TestCleanStopKeepsPebbleIndex(t *testing.T) {
 	dir := t.TempDir()
+	w := stoppedCleanWithPebble(t, dir)
 	n := mustOpen(t, dir, "pebble", nil)
-	w := &workload{n: n, tb: accountTable(t, n), state: map[int64]int64{}}
-	w.insert(t, 300)
-	w.churn(t)
-	if err := n.Persist(context.Background(), nil); err != nil {
-		t.Fatal(err)
-	}
-	n.Close(context.Background())
-	n = mustOpen(t, dir, "pebble", nil)
 	w.n = n
 	if !n.Recovery.IndexKept {
 		t.Fatal("the index of a clean stop was rebuilt")
@@ -384,4 +370,20 @@ func TestCleanStopKeepsPebbleIndex(t *testing.T) {
 	if got := rows(t, n); !maps.Equal(got, w.state) {
 		t.Fatalf("after the rebuild: %d rows, want %d", len(got), len(w.state))
 	}
+}
+
+// stoppedCleanWithPebble runs a node with the Pebble index on dir through
+// inserts, updates and deletes, and stops it cleanly; the workload's node
+// is closed.
+func stoppedCleanWithPebble(t *testing.T, dir string) *workload {
+	t.Helper()
+	n := mustOpen(t, dir, "pebble", nil)
+	w := &workload{n: n, tb: accountTable(t, n), state: map[int64]int64{}}
+	w.insert(t, 300)
+	w.churn(t)
+	if err := n.Persist(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	n.Close(context.Background())
+	return w
 }
