@@ -1,7 +1,6 @@
 package writebuffer
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -130,31 +129,6 @@ type Buffer struct {
 	changed   chan struct{} // closed (and replaced) on every change a waiter may wait for
 	closed    bool
 	bg        sync.WaitGroup
-
-	// encoded keeps the buffers Parquet objects are encoded into between
-	// uploads: growing a new one for every block cost more than encoding
-	// some columns.
-	encoded sync.Pool // *bytes.Buffer
-}
-
-// encodeBuffer returns an empty buffer for an object; putEncodeBuffer
-// takes it back once the lake has the object's bytes (Put keeps none).
-func (b *Buffer) encodeBuffer() *bytes.Buffer {
-	if buf, ok := b.encoded.Get().(*bytes.Buffer); ok {
-		return buf
-	}
-	return new(bytes.Buffer)
-}
-
-// maxPooledEncodeBuffer is the largest buffer kept: a combined file's is
-// tens of megabytes, and the pool must not pin several.
-const maxPooledEncodeBuffer = 16 << 20
-
-func (b *Buffer) putEncodeBuffer(buf *bytes.Buffer) {
-	if buf.Cap() <= maxPooledEncodeBuffer {
-		buf.Reset()
-		b.encoded.Put(buf)
-	}
 }
 
 // New starts a buffer and its flush workers.

@@ -1,6 +1,7 @@
 package writebuffer
 
 import (
+	"bytes"
 	"context"
 	"time"
 
@@ -49,6 +50,10 @@ func (b *Buffer) sealActive() {
 
 // flushWorker uploads queued blocks until the buffer closes.
 func (b *Buffer) flushWorker() {
+	// Each worker encodes into its own buffer, grown once to a block's
+	// size: growing a new one for every block cost as much as encoding
+	// a column.
+	var encoded bytes.Buffer
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for !b.closed {
@@ -61,7 +66,7 @@ func (b *Buffer) flushWorker() {
 		b.mu.Unlock()
 		key := blockKey(b.cfg.TableID, blk.file.id, blk.first)
 		b.cfg.Failpoints.Hit(failpoint.FlushBeforeUpload)
-		err := b.upload(key, blk.segs, int64(blk.rows))
+		err := b.upload(&encoded, key, blk.segs, int64(blk.rows))
 		if err == nil {
 			b.cfg.Failpoints.Hit(failpoint.FlushAfterUpload)
 		}
@@ -117,9 +122,8 @@ func (b *Buffer) dequeue(blk *block) {
 // upload writes records as one Retina Parquet object of one row group.
 // Block objects live only until combination, so they are written for speed
 // (snappy, no dictionaries); the combined file gets zstd and dictionaries.
-func (b *Buffer) upload(key string, recs []arrow.RecordBatch, rows int64) error {
-	buf := b.encodeBuffer()
-	defer b.putEncodeBuffer(buf)
+func (b *Buffer) upload(buf *bytes.Buffer, key string, recs []arrow.RecordBatch, rows int64) error {
+	buf.Reset()
 	schema := b.schemaOf(recs)
 	w, err := lake.NewFileWriter(buf, schema, lake.WriterOptions{RowGroupRows: max(rows, 1), Codec: "snappy", PlainStrings: true})
 	if err != nil {
