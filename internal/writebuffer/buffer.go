@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
@@ -129,6 +130,9 @@ type Buffer struct {
 	changed   chan struct{} // closed (and replaced) on every change a waiter may wait for
 	closed    bool
 	bg        sync.WaitGroup
+	// combinedSize is the size of the last file combined, the estimate
+	// for the next one's encoding buffer.
+	combinedSize atomic.Int64
 }
 
 // New starts a buffer and its flush workers.

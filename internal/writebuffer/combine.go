@@ -50,7 +50,10 @@ func (b *Buffer) maybeCombine(f *VirtualFile) {
 // (reading every block from the lake: the borrowed records are returned).
 func (b *Buffer) combine(f *VirtualFile, keys []string, cached [][]arrow.RecordBatch, schema *arrow.Schema) {
 	ctx := context.Background()
-	groups, err := combineBlocks(ctx, b.cfg.Lake, schema, b.cfg.TableID, f.id, keys, cached, CombinedGroupRows(b.cfg.BlockRows))
+	groups, size, err := combineBlocks(ctx, b.cfg.Lake, schema, b.cfg.TableID, f.id, keys, cached, CombinedGroupRows(b.cfg.BlockRows), b.combinedSize.Load())
+	if err == nil {
+		b.combinedSize.Store(size)
+	}
 	for _, recs := range cached {
 		for _, r := range recs {
 			r.Release()
@@ -108,43 +111,47 @@ func CombinedGroupRows(blockRows int) int64 { return int64(max(blockRows, 1)) * 
 // gets NULL in them. The blocks stay; the caller deletes them once the
 // catalog names the regular file.
 func CombineBlocks(ctx context.Context, l Lake, schema *arrow.Schema, table uint32, file uint64, keys []string, groupRows int64) ([]lake.RowGroupMeta, error) {
-	return combineBlocks(ctx, l, schema, table, file, keys, nil, groupRows)
+	groups, _, err := combineBlocks(ctx, l, schema, table, file, keys, nil, groupRows, 0)
+	return groups, err
 }
 
 // combineBlocks is CombineBlocks taking a block's rows from cached[i] when
 // the cache still had them decoded, in the file's schema: the object is
-// then neither read nor decoded.
-func combineBlocks(ctx context.Context, l Lake, schema *arrow.Schema, table uint32, file uint64, keys []string, cached [][]arrow.RecordBatch, groupRows int64) ([]lake.RowGroupMeta, error) {
+// then neither read nor decoded. sizeHint is the expected file size (the
+// last one combined): the file is encoded into a buffer that size, not one
+// grown by doubling. It returns the file's size.
+func combineBlocks(ctx context.Context, l Lake, schema *arrow.Schema, table uint32, file uint64, keys []string, cached [][]arrow.RecordBatch, groupRows int64, sizeHint int64) ([]lake.RowGroupMeta, int64, error) {
 	var buf bytes.Buffer
+	buf.Grow(int(sizeHint + sizeHint/8))
 	w, err := lake.NewFileWriter(&buf, schema, lake.WriterOptions{RowGroupRows: groupRows})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	for i, key := range keys {
 		if i < len(cached) && sameSchema(cached[i], schema) {
 			for _, r := range cached[i] {
 				if err := w.Write(r); err != nil {
-					return nil, err
+					return nil, 0, err
 				}
 			}
 			continue
 		}
 		data, err := l.Get(ctx, key)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if err := copyBlock(ctx, w, schema, key, data); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	groups, err := w.Close()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := l.Put(ctx, RegularKey(table, file), buf.Bytes()); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return groups, nil
+	return groups, int64(buf.Len()), nil
 }
 
 // sameSchema reports records that are there and all in schema (a block
