@@ -214,11 +214,37 @@ func (s *Snapshot) Version() uint64 { return s.version }
 
 // Table finds a table by name (case-insensitive).
 func (s *Snapshot) Table(name string) (*Table, bool) {
-	id, ok := s.byName[strings.ToLower(name)]
+	var id uint32
+	var ok bool
+	if buf, ascii := lowerASCII(name); ascii {
+		id, ok = s.byName[string(buf[:len(name)])] // no allocation for the key
+	} else {
+		id, ok = s.byName[strings.ToLower(name)]
+	}
 	if !ok {
 		return nil, false
 	}
 	return s.tables[id], true
+}
+
+// lowerASCII lowercases a short ASCII name on the stack: ingestion looks a
+// table up for every change, and strings.ToLower allocates for any name
+// with a capital. It reports false for other names.
+func lowerASCII(name string) (buf [64]byte, ok bool) {
+	if len(name) > len(buf) {
+		return buf, false
+	}
+	for i := range len(name) {
+		c := name[i]
+		switch {
+		case c >= 0x80:
+			return buf, false
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	return buf, true
 }
 
 // TableByID finds a table by id.

@@ -329,3 +329,28 @@ func TestKillKeepsAcknowledged(t *testing.T) {
 		t.Fatalf("file id %d reissued after SIGKILL (last acknowledged %d): %v", next, acked[len(acked)-1], err)
 	}
 }
+
+// TestTableLookupIgnoresCase: a table is found under any case of its name,
+// ASCII or not, and a lookup of an ASCII name allocates nothing (ingestion
+// does one per change).
+func TestTableLookupIgnoresCase(t *testing.T) {
+	ctx := context.Background()
+	c := openCat(t, t.TempDir())
+	for _, name := range []string{"savingAccount", "Überweisung"} {
+		if _, err := c.CreateTable(ctx, name, accountSchema()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap := c.Snapshot()
+	for _, name := range []string{"savingAccount", "SAVINGACCOUNT", "savingaccount", "überweisung", "ÜBERWEISUNG"} {
+		if _, ok := snap.Table(name); !ok {
+			t.Errorf("table %q not found", name)
+		}
+	}
+	if _, ok := snap.Table("savingAccounts"); ok {
+		t.Error("a longer name matched")
+	}
+	if n := testing.AllocsPerRun(100, func() { snap.Table("savingAccount") }); n != 0 {
+		t.Errorf("a lookup allocates %.0f times", n)
+	}
+}
