@@ -172,11 +172,32 @@ func (r *Replayer) fillUnchanged(ctx context.Context, op *Op) error {
 	return nil
 }
 
+// runScratch is one applyRun's working space, reused from run to run: a
+// replayer applies thousands of runs a second.
+type runScratch struct {
+	steps []step
+	muts  []index.Mutation
+}
+
+// stepsFor returns n zeroed steps.
+func (sc *runScratch) stepsFor(n int) []step {
+	if cap(sc.steps) < n {
+		sc.steps = make([]step, n)
+	}
+	return sc.steps[:n] // cleared when the last run ended
+}
+
 // applyRun applies operations without truncates, phase by phase: resolve
 // keys, append new versions, check and write the primary index, then delete
 // replaced versions and write secondary indexes.
 func (r *Replayer) applyRun(ctx context.Context, u *undoLog, ops []Op) error {
-	steps := make([]step, len(ops))
+	sc, _ := r.runs.Get().(*runScratch)
+	if sc == nil {
+		sc = &runScratch{}
+	}
+	defer r.runs.Put(sc)
+	steps := sc.stepsFor(len(ops))
+	defer clear(steps) // they point into ops and keys
 	limit := len(ops) // steps[:limit] are still being applied
 	var failure *OpError
 	fail := func(i int, err error) {
@@ -202,7 +223,9 @@ func (r *Replayer) applyRun(ctx context.Context, u *undoLog, ops []Op) error {
 	if bad >= 0 {
 		fail(bad, badErr)
 	}
-	muts := r.mutations(steps[:limit])
+	muts := r.mutations(sc.muts[:0], steps[:limit])
+	sc.muts = muts
+	defer clear(muts)
 	if _, err := r.cfg.Index.Mutate(ctx, muts); err != nil {
 		return fmt.Errorf("replay: index: %w", err)
 	}
@@ -409,8 +432,7 @@ func (r *Replayer) appended(u *undoLog, s *step, row uint64) {
 func isRowError(err error) bool { return errors.Is(err, types.ErrTypeMismatch) }
 
 // mutations lists the primary-index changes in operation order.
-func (r *Replayer) mutations(steps []step) []index.Mutation {
-	muts := make([]index.Mutation, 0, len(steps))
+func (r *Replayer) mutations(muts []index.Mutation, steps []step) []index.Mutation {
 	add := func(s *step, slot int, m index.Mutation) {
 		s.muts[slot] = len(muts)
 		muts = append(muts, m)

@@ -173,6 +173,8 @@ type Replayer struct {
 	undoMu sync.Mutex
 	undo   map[int]*undoLog // per bucket
 
+	runs sync.Pool // *runScratch
+
 	inserts, deletes, updates atomic.Uint64
 }
 

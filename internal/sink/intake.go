@@ -277,21 +277,9 @@ func (in *intake) decodeAhead(ctx context.Context, msgs <-chan cdc.Message) <-ch
 // decoded again first: it may name a table an earlier message created.
 func (in *intake) decodeOne(ctx context.Context, m cdc.Message, rec cdc.Record, err error) error {
 	if err != nil {
-		rec, err = in.dec.Decode(m)
-	}
-	var ut *cdc.UnknownTableError
-	if errors.As(err, &ut) {
-		if _, cerr := in.s.cfg.Catalog.CreateTable(ctx, ut.Table, ut.Schema); cerr != nil && !errors.Is(cerr, catalog.ErrExists) {
-			err = fmt.Errorf("sink: %s: create table %s from the message schema: %w", ut.Pos, ut.Table, cerr)
-		} else {
-			if cerr == nil {
-				in.log.Info("created table from the change-event schema", "table", ut.Table, "columns", len(ut.Schema.Columns))
-			}
-			rec, err = in.dec.Decode(m)
+		if rec, err = in.redecode(ctx, m); err != nil {
+			return in.badInput(m, err)
 		}
-	}
-	if err != nil {
-		return in.badInput(m, err)
 	}
 	if rec.Kind == cdc.Skip {
 		in.s.skipped.Add(1)
@@ -303,7 +291,8 @@ func (in *intake) decodeOne(ctx context.Context, m cdc.Message, rec cdc.Record, 
 		return nil
 	}
 	if in.s.cfg.BadInput == DeadLetter {
-		rec.Raw = &m // kept to write the whole transaction if it is set aside
+		raw := m // a copy: taking m's address would move every message to the heap
+		rec.Raw = &raw // kept to write the whole transaction if it is set aside
 	}
 	if in.contiguous {
 		if took, err := in.inParts(rec); err != nil {
@@ -319,6 +308,22 @@ func (in *intake) decodeOne(ctx context.Context, m cdc.Message, rec cdc.Record, 
 		in.cur.items = append(in.cur.items, intakeItem{handled: dup})
 	}
 	return nil
+}
+
+// redecode decodes a message that failed ahead of its turn, creating the
+// table it names first when the message carries the schema for it.
+func (in *intake) redecode(ctx context.Context, m cdc.Message) (cdc.Record, error) {
+	rec, err := in.dec.Decode(m)
+	var ut *cdc.UnknownTableError
+	if !errors.As(err, &ut) {
+		return rec, err
+	}
+	if _, cerr := in.s.cfg.Catalog.CreateTable(ctx, ut.Table, ut.Schema); cerr != nil && !errors.Is(cerr, catalog.ErrExists) {
+		return rec, fmt.Errorf("sink: %s: create table %s from the message schema: %w", ut.Pos, ut.Table, cerr)
+	} else if cerr == nil {
+		in.log.Info("created table from the change-event schema", "table", ut.Table, "columns", len(ut.Schema.Columns))
+	}
+	return in.dec.Decode(m)
 }
 
 func (in *intake) handled(ps ...cdc.Position) {
@@ -377,16 +382,17 @@ func (in *intake) toTxn(tx Txn) (mirror.Txn, error) {
 			}
 			continue
 		}
-		cops, err := toOps(c, tb, in.keyOf(tb).cols)
-		if err != nil {
+		from := len(ops)
+		var err error
+		if ops, err = appendOps(ops, c, tb, in.keyOf(tb).cols); err != nil {
 			return t, fmt.Errorf("%s: %w", c.Pos, err)
 		}
-		for _, op := range cops {
+		for _, op := range ops[from:] {
 			b, err := in.bucket(tb, op)
 			if err != nil {
 				return t, fmt.Errorf("%s: %w", c.Pos, err)
 			}
-			ops, where = append(ops, op), append(where, b)
+			where = append(where, b)
 			count[b]++
 		}
 	}
@@ -421,10 +427,10 @@ func (in *intake) toTxn(tx Txn) (mirror.Txn, error) {
 	return t, nil
 }
 
-// toOps maps one change to replay operations; a primary-key change becomes
+// appendOps maps one change to replay operations, appended to dst; a primary-key change becomes
 // a delete of the old key and an insert of the new one, and a snapshot read
 // is an upsert (a re-snapshot overwrites the row).
-func toOps(c cdc.Record, t *catalog.Table, keys []int) ([]replay.Op, error) {
+func appendOps(dst []replay.Op, c cdc.Record, t *catalog.Table, keys []int) ([]replay.Op, error) {
 	pick := func(row []any) []any {
 		if row == nil {
 			return nil
@@ -439,27 +445,27 @@ func toOps(c cdc.Record, t *catalog.Table, keys []int) ([]replay.Op, error) {
 		// The source does not know the key Retina made up: the row is the
 		// one whose other columns equal the before image.
 		if c.Before == nil {
-			return nil, fmt.Errorf("%s of a row of %s without a key carries no before image to find the row by", opName(c.Op), t.Name)
+			return dst, fmt.Errorf("%s of a row of %s without a key carries no before image to find the row by", opName(c.Op), t.Name)
 		}
 		if c.Op == cdc.OpDelete {
-			return []replay.Op{{Table: t.ID, Kind: replay.Delete, Before: c.Before, ByContent: true, Unmatched: c.Unmatched}}, nil
+			return append(dst, replay.Op{Table: t.ID, Kind: replay.Delete, Before: c.Before, ByContent: true, Unmatched: c.Unmatched}), nil
 		}
 		if len(c.Unchanged) > 0 {
-			return nil, fmt.Errorf("update of a row of %s without a key leaves columns unsent", t.Name)
+			return dst, fmt.Errorf("update of a row of %s without a key leaves columns unsent", t.Name)
 		}
-		return []replay.Op{{Table: t.ID, Kind: replay.Update, Row: c.After, Before: c.Before, ByContent: true, Unmatched: c.Unmatched}}, nil
+		return append(dst, replay.Op{Table: t.ID, Kind: replay.Update, Row: c.After, Before: c.Before, ByContent: true, Unmatched: c.Unmatched}), nil
 	}
 	switch c.Op {
 	case cdc.OpCreate:
-		return []replay.Op{{Table: t.ID, Kind: replay.Insert, Row: c.After}}, nil
+		return append(dst, replay.Op{Table: t.ID, Kind: replay.Insert, Row: c.After}), nil
 	case cdc.OpRead:
-		return []replay.Op{{Table: t.ID, Kind: replay.Upsert, Row: c.After}}, nil
+		return append(dst, replay.Op{Table: t.ID, Kind: replay.Upsert, Row: c.After}), nil
 	case cdc.OpDelete:
 		key := c.Key
 		if key == nil {
 			key = pick(c.Before)
 		}
-		return []replay.Op{{Table: t.ID, Kind: replay.Delete, Key: key, Before: c.Before}}, nil
+		return append(dst, replay.Op{Table: t.ID, Kind: replay.Delete, Key: key, Before: c.Before}), nil
 	case cdc.OpUpdate:
 		newKey := pick(c.After)
 		oldKey := c.Key
@@ -473,19 +479,19 @@ func toOps(c cdc.Record, t *catalog.Table, keys []int) ([]replay.Op, error) {
 			// The current version is read in the key's bucket; a moved row's
 			// new key may belong to another.
 			if !sameKey(oldKey, newKey) {
-				return nil, fmt.Errorf("update of %s changes the primary key and leaves columns unsent: the new row cannot be completed", t.Name)
+				return dst, fmt.Errorf("update of %s changes the primary key and leaves columns unsent: the new row cannot be completed", t.Name)
 			}
-			return []replay.Op{{Table: t.ID, Kind: replay.Update, Key: newKey, Row: c.After, Before: c.Before, Unchanged: c.Unchanged}}, nil
+			return append(dst, replay.Op{Table: t.ID, Kind: replay.Update, Key: newKey, Row: c.After, Before: c.Before, Unchanged: c.Unchanged}), nil
 		}
 		if !sameKey(oldKey, newKey) {
-			return []replay.Op{
-				{Table: t.ID, Kind: replay.Delete, Key: oldKey, Before: c.Before},
-				{Table: t.ID, Kind: replay.Insert, Row: c.After},
-			}, nil
+			return append(dst,
+				replay.Op{Table: t.ID, Kind: replay.Delete, Key: oldKey, Before: c.Before},
+				replay.Op{Table: t.ID, Kind: replay.Insert, Row: c.After},
+			), nil
 		}
-		return []replay.Op{{Table: t.ID, Kind: replay.Update, Key: newKey, Row: c.After, Before: c.Before}}, nil
+		return append(dst, replay.Op{Table: t.ID, Kind: replay.Update, Key: newKey, Row: c.After, Before: c.Before}), nil
 	}
-	return nil, fmt.Errorf("op %c", c.Op)
+	return dst, fmt.Errorf("op %c", c.Op)
 }
 
 func opName(op cdc.Op) string {
