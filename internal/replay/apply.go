@@ -198,7 +198,7 @@ func (r *Replayer) applyRun(ctx context.Context, u *undoLog, ops []Op) error {
 	defer r.runs.Put(sc)
 	steps := sc.stepsFor(len(ops))
 	defer clear(steps) // they point into ops and keys
-	limit := len(ops) // steps[:limit] are still being applied
+	limit := len(ops)  // steps[:limit] are still being applied
 	var failure *OpError
 	fail := func(i int, err error) {
 		// Operations come in timestamp order: none from step i on is

@@ -291,7 +291,7 @@ func (in *intake) decodeOne(ctx context.Context, m cdc.Message, rec cdc.Record, 
 		return nil
 	}
 	if in.s.cfg.BadInput == DeadLetter {
-		raw := m // a copy: taking m's address would move every message to the heap
+		raw := m       // a copy: taking m's address would move every message to the heap
 		rec.Raw = &raw // kept to write the whole transaction if it is set aside
 	}
 	if in.contiguous {
