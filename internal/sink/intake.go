@@ -382,13 +382,13 @@ func (in *intake) toTxn(tx Txn) (mirror.Txn, error) {
 			}
 			continue
 		}
-		from := len(ops)
+		from, key := len(ops), in.keyOf(tb)
 		var err error
-		if ops, err = appendOps(ops, c, tb, in.keyOf(tb).cols); err != nil {
+		if ops, err = appendOps(ops, c, tb, key.cols); err != nil {
 			return t, fmt.Errorf("%s: %w", c.Pos, err)
 		}
 		for _, op := range ops[from:] {
-			b, err := in.bucket(tb, op)
+			b, err := in.bucket(tb, key, op)
 			if err != nil {
 				return t, fmt.Errorf("%s: %w", c.Pos, err)
 			}
@@ -427,9 +427,10 @@ func (in *intake) toTxn(tx Txn) (mirror.Txn, error) {
 	return t, nil
 }
 
-// appendOps maps one change to replay operations, appended to dst; a primary-key change becomes
-// a delete of the old key and an insert of the new one, and a snapshot read
-// is an upsert (a re-snapshot overwrites the row).
+// appendOps maps one change to replay operations, appended to dst; a
+// primary-key change becomes a delete of the old key and an insert of the
+// new one, and a snapshot read is an upsert (a re-snapshot overwrites the
+// row). keys are the table's key column positions.
 func appendOps(dst []replay.Op, c cdc.Record, t *catalog.Table, keys []int) ([]replay.Op, error) {
 	pick := func(row []any) []any {
 		if row == nil {
@@ -544,11 +545,10 @@ func (in *intake) keyOf(t *catalog.Table) *tableKey {
 }
 
 // bucket hashes an operation's primary key.
-func (in *intake) bucket(t *catalog.Table, op replay.Op) (int, error) {
+func (in *intake) bucket(t *catalog.Table, key *tableKey, op replay.Op) (int, error) {
 	if t.Schema.GeneratedKey {
 		return replay.BucketFor(t, nil, in.s.cfg.Buckets), nil
 	}
-	key := in.keyOf(t)
 	vals := op.Key
 	if op.Kind == replay.Insert || op.Kind == replay.Upsert || vals == nil {
 		vals = in.keyVals[:0]
