@@ -88,14 +88,18 @@ func (c *BlockCache) dropLocked(e *cacheEntry) {
 	e.mu.Unlock()
 }
 
-// borrow is retain for the buffer's own combination: it counts neither a
-// hit nor a miss (those measure scans).
+// borrow returns the cached records with a reference each for the
+// caller, or nil once evicted, counting nothing: the buffer's own
+// combination uses it (hits and misses measure scans).
 func (c *BlockCache) borrow(e *cacheEntry) []arrow.RecordBatch {
 	if e == nil {
 		return nil
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.recs == nil {
+		return nil
+	}
 	out := make([]arrow.RecordBatch, len(e.recs))
 	for i, r := range e.recs {
 		r.Retain()
@@ -104,24 +108,13 @@ func (c *BlockCache) borrow(e *cacheEntry) []arrow.RecordBatch {
 	return out
 }
 
-// retain returns the cached records with a reference each for the caller,
-// or nil once evicted, and counts the hit or miss.
+// retain is borrow for a scan: it counts the hit or miss.
 func (c *BlockCache) retain(e *cacheEntry) []arrow.RecordBatch {
-	if e == nil {
+	recs := c.borrow(e)
+	if recs == nil {
 		c.misses.Add(1)
-		return nil
+	} else {
+		c.hits.Add(1)
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.recs == nil {
-		c.misses.Add(1)
-		return nil
-	}
-	c.hits.Add(1)
-	out := make([]arrow.RecordBatch, len(e.recs))
-	for i, r := range e.recs {
-		r.Retain()
-		out[i] = r
-	}
-	return out
+	return recs
 }
