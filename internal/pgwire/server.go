@@ -12,12 +12,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/duckdb/duckdb-go/v2"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/retinadb/retina/internal/query"
@@ -93,17 +91,27 @@ func (s *Server) Sessions() int {
 	return len(s.conns)
 }
 
+// prepared is a statement of the extended protocol: the session's plan and
+// the parameter types the client named or the plan implies.
 type prepared struct {
-	query     string
+	stmt      *query.Statement
 	paramOIDs []uint32
-	colNames  []string // empty: no rows
-	colOIDs   []uint32
 }
 
+// portal is a bound statement; res is its result while suspended (an
+// Execute with a row limit stopped before the end).
 type portal struct {
 	stmt    *prepared
 	args    []any
 	formats []int16
+	res     *query.Result
+}
+
+func (p *portal) close() {
+	if p.res != nil {
+		p.res.Close()
+		p.res = nil
+	}
 }
 
 // clientConn is one client session.
@@ -147,7 +155,13 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 		return
 	}
 	cc.sess = sess
-	defer sess.Close() // ends a read transaction's snapshot too
+	defer func() {
+		cc.closePortals()
+		for name := range cc.stmts {
+			cc.closeStatement(name)
+		}
+		sess.Close() // ends a read transaction's snapshot too
+	}()
 	s.mu.Lock()
 	s.nextPID++
 	cc.pid = s.nextPID
@@ -253,12 +267,15 @@ func (c *clientConn) loop(ctx context.Context) error {
 			err = c.execute(ctx, m)
 		case *pgproto3.Close:
 			if m.ObjectType == 'S' {
-				delete(c.stmts, m.Name)
+				c.closeStatement(m.Name)
 			} else {
-				delete(c.portals, m.Name)
+				c.closePortal(m.Name)
 			}
 			c.be.Send(&pgproto3.CloseComplete{})
 		case *pgproto3.Sync:
+			if !c.sess.InTransaction() {
+				c.closePortals() // the implicit transaction ends, and its portals with it
+			}
 			c.ready()
 		case *pgproto3.Flush:
 		case *pgproto3.Terminate:
@@ -315,8 +332,9 @@ func (c *clientConn) receive() (pgproto3.FrontendMessage, error) {
 	return msg, err
 }
 
-// run executes one statement with cancellation wired to cancel requests.
-func (c *clientConn) run(ctx context.Context, q string, args []any) (*query.Result, context.CancelFunc, error) {
+// run executes one statement with cancellation wired to cancel requests
+// and statement_timeout.
+func (c *clientConn) run(ctx context.Context, st *query.Statement, args []any) (*query.Result, context.CancelFunc, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	if d := c.sess.Settings().Duration("statement_timeout"); d > 0 {
 		rctx, cancel = context.WithTimeoutCause(ctx, d, errStatementTimeout)
@@ -324,7 +342,7 @@ func (c *clientConn) run(ctx context.Context, q string, args []any) (*query.Resu
 	c.runMu.Lock()
 	c.running = cancel
 	c.runMu.Unlock()
-	res, err := c.sess.Run(rctx, q, args...)
+	res, err := c.sess.Execute(rctx, st, args)
 	if err != nil {
 		if context.Cause(rctx) == errStatementTimeout {
 			err = fmt.Errorf("%w: %w", errStatementTimeout, err)
@@ -343,72 +361,85 @@ func (c *clientConn) clearRunning(cancel context.CancelFunc) {
 }
 
 func (c *clientConn) simpleQuery(ctx context.Context, text string) {
-	stmts := query.SplitStatements(text)
-	if len(stmts) == 0 {
+	texts := query.SplitStatements(text)
+	if len(texts) == 0 {
 		c.be.Send(&pgproto3.EmptyQueryResponse{})
 		return
 	}
-	for _, q := range stmts {
-		res, cancel, err := c.run(ctx, q, nil)
-		if err != nil {
-			c.sendError(err)
-			return
-		}
-		err = c.sendResult(res, nil, true)
-		c.clearRunning(cancel)
-		if err != nil {
+	for _, q := range texts {
+		if err := c.simpleStatement(ctx, q); err != nil {
 			c.sendError(err)
 			return
 		}
 	}
 }
 
-// sendResult streams a result's rows (with its row description when
-// describe is set) and its command tag, and closes it.
-func (c *clientConn) sendResult(res *query.Result, formats []int16, describe bool) (err error) {
-	defer func() {
-		if cerr := res.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	if res.Columns == nil {
-		c.be.Send(&pgproto3.CommandComplete{CommandTag: []byte(res.Tag)})
+func (c *clientConn) simpleStatement(ctx context.Context, text string) error {
+	st, err := c.sess.Prepare(ctx, text)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if st.Empty() {
+		c.be.Send(&pgproto3.EmptyQueryResponse{})
 		return nil
 	}
-	names := make([]string, len(res.Columns))
-	oids := make([]uint32, len(res.Columns))
-	for i, col := range res.Columns {
-		names[i], oids[i] = col.Name, oidOf(col.Type)
+	res, cancel, err := c.run(ctx, st, nil)
+	if err != nil {
+		return err
 	}
-	if describe {
-		c.be.Send(rowDescription(names, oids, formats))
+	defer c.clearRunning(cancel)
+	defer res.Close()
+	if res.Columns != nil {
+		c.be.Send(rowDescription(res.Columns, nil))
 	}
-	for res.Next() {
+	_, err = c.sendRows(res, nil, 0)
+	return err
+}
+
+// sendRows streams up to max rows of a result (all for 0) and, when the
+// result ends, its command tag. It reports whether rows remain.
+func (c *clientConn) sendRows(res *query.Result, formats []int16, max int) (more bool, err error) {
+	if res.Columns == nil {
+		c.be.Send(&pgproto3.CommandComplete{CommandTag: []byte(res.Tag)})
+		return false, nil
+	}
+	sent := 0
+	for {
+		if max > 0 && sent == max {
+			c.be.Send(&pgproto3.PortalSuspended{})
+			return true, nil
+		}
+		if !res.Next() {
+			break
+		}
 		vals, err := res.Values()
 		if err != nil {
-			return err
+			return false, err
 		}
 		row := make([][]byte, len(vals))
 		for i, v := range vals {
+			oid := oidOf(res.Columns[i].Type)
 			if formatFor(formats, i) == 1 {
-				if row[i], err = encodeBinary(v, oids[i]); err != nil {
-					return err
+				if row[i], err = encodeBinary(v, oid); err != nil {
+					return false, fmt.Errorf("column %q: %w", res.Columns[i].Name, err)
 				}
 			} else {
-				row[i] = encodeText(v, oids[i])
+				row[i] = encodeText(v, oid)
 			}
 		}
 		c.be.Send(&pgproto3.DataRow{Values: row})
+		sent++
 	}
 	if err := res.Err(); err != nil {
-		return err
+		return false, err
 	}
 	tag := []byte(res.Tag)
 	if res.Tag == "SELECT" { // PostgreSQL counts rows for SELECT, not for SHOW
 		tag = fmt.Appendf(nil, "%s %d", res.Tag, res.Rows())
 	}
 	c.be.Send(&pgproto3.CommandComplete{CommandTag: tag})
-	return nil
+	return false, nil
 }
 
 func formatFor(formats []int16, i int) int16 {
@@ -424,73 +455,57 @@ func formatFor(formats []int16, i int) int16 {
 	return 0
 }
 
-func rowDescription(names []string, oids []uint32, formats []int16) *pgproto3.RowDescription {
+func rowDescription(cols []query.Column, formats []int16) *pgproto3.RowDescription {
 	rd := &pgproto3.RowDescription{}
-	for i, name := range names {
+	for i, col := range cols {
 		rd.Fields = append(rd.Fields, pgproto3.FieldDescription{
-			Name: []byte(name), DataTypeOID: oids[i], DataTypeSize: -1, TypeModifier: -1, Format: formatFor(formats, i),
+			Name: []byte(col.Name), DataTypeOID: oidOf(col.Type), DataTypeSize: typeSize(col.Type),
+			TypeModifier: typeModifier(col.Type), Format: formatFor(formats, i),
 		})
 	}
 	return rd
 }
 
-// parse prepares a statement: DuckDB reports its parameter types and, for
-// queries, its result columns.
+// parse prepares a statement once; Bind and Execute reuse the plan.
 func (c *clientConn) parse(ctx context.Context, m *pgproto3.Parse) error {
-	p := &prepared{query: m.Query, paramOIDs: append([]uint32(nil), m.ParameterOIDs...)}
-	word := strings.ToUpper(strings.Fields(strings.TrimSpace(m.Query) + " x")[0])
-	switch word {
-	case "BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "X":
-		c.stmts[m.Name] = p
-		return nil
-	}
-	if cols, ok, err := c.sess.DescribeSetting(m.Query); err != nil {
-		return err
-	} else if ok {
-		for _, col := range cols {
-			p.colNames = append(p.colNames, col.Name)
-			p.colOIDs = append(p.colOIDs, oidOf(col.Type))
-		}
-		c.stmts[m.Name] = p
-		return nil
-	}
-	err := c.sess.Describe(ctx, m.Query, func(st *duckdb.Stmt) error {
-		n := st.NumInput()
-		for i := len(p.paramOIDs); i < n; i++ {
-			p.paramOIDs = append(p.paramOIDs, 0)
-		}
-		for i := range n {
-			if p.paramOIDs[i] == 0 {
-				t, err := st.ParamType(i + 1)
-				if err != nil {
-					return err
-				}
-				p.paramOIDs[i] = oidOfType(t)
-			}
-		}
-		cols, err := st.ColumnCount()
-		if err != nil {
-			return err
-		}
-		for i := range cols {
-			name, err := st.ColumnName(i)
-			if err != nil {
-				return err
-			}
-			t, err := st.ColumnType(i)
-			if err != nil {
-				return err
-			}
-			p.colNames = append(p.colNames, name)
-			p.colOIDs = append(p.colOIDs, oidOfType(t))
-		}
-		return nil
-	})
+	st, err := c.sess.Prepare(ctx, m.Query)
 	if err != nil {
 		return err
 	}
+	if len(m.ParameterOIDs) > len(st.Params) {
+		st.Close()
+		return fmt.Errorf("%w: %d parameter types for a statement with %d placeholders", errProtocol, len(m.ParameterOIDs), len(st.Params))
+	}
+	p := &prepared{stmt: st, paramOIDs: make([]uint32, len(st.Params))}
+	for i, t := range st.Params {
+		p.paramOIDs[i] = oidOf(t)
+		if i < len(m.ParameterOIDs) && m.ParameterOIDs[i] != 0 {
+			p.paramOIDs[i] = m.ParameterOIDs[i]
+		}
+	}
+	c.closeStatement(m.Name) // the unnamed statement is replaced; PostgreSQL refuses a named one twice
 	c.stmts[m.Name] = p
 	return nil
+}
+
+func (c *clientConn) closeStatement(name string) {
+	if p, ok := c.stmts[name]; ok {
+		p.stmt.Close()
+		delete(c.stmts, name)
+	}
+}
+
+func (c *clientConn) closePortal(name string) {
+	if pt, ok := c.portals[name]; ok {
+		pt.close()
+		delete(c.portals, name)
+	}
+}
+
+func (c *clientConn) closePortals() {
+	for name := range c.portals {
+		c.closePortal(name)
+	}
 }
 
 func (c *clientConn) bind(m *pgproto3.Bind) error {
@@ -509,11 +524,15 @@ func (c *clientConn) bind(m *pgproto3.Bind) error {
 		}
 		args[i] = v
 	}
+	c.closePortal(m.DestinationPortal)
 	c.portals[m.DestinationPortal] = &portal{stmt: p, args: args, formats: append([]int16(nil), m.ResultFormatCodes...)}
 	return nil
 }
 
-var errUndefined = errors.New("pgwire: undefined object")
+var (
+	errUndefined = errors.New("pgwire: undefined object")
+	errNoPortal  = errors.New("pgwire: undefined portal")
+)
 
 func (c *clientConn) describe(m *pgproto3.Describe) error {
 	var p *prepared
@@ -527,33 +546,42 @@ func (c *clientConn) describe(m *pgproto3.Describe) error {
 	} else {
 		pt, ok := c.portals[m.Name]
 		if !ok {
-			return fmt.Errorf("%w: portal %q does not exist", errUndefined, m.Name)
+			return fmt.Errorf("%w: portal %q does not exist", errNoPortal, m.Name)
 		}
 		p, formats = pt.stmt, pt.formats
 	}
-	if len(p.colNames) == 0 {
+	if p.stmt.Columns == nil {
 		c.be.Send(&pgproto3.NoData{})
 		return nil
 	}
-	c.be.Send(rowDescription(p.colNames, p.colOIDs, formats))
+	c.be.Send(rowDescription(p.stmt.Columns, formats))
 	return nil
 }
 
+// execute runs a portal, or resumes a suspended one, sending at most
+// MaxRows rows (all for 0).
 func (c *clientConn) execute(ctx context.Context, m *pgproto3.Execute) error {
 	pt, ok := c.portals[m.Portal]
 	if !ok {
-		return fmt.Errorf("%w: portal %q does not exist", errUndefined, m.Portal)
+		return fmt.Errorf("%w: portal %q does not exist", errNoPortal, m.Portal)
 	}
-	if strings.TrimSpace(pt.stmt.query) == "" {
+	if pt.stmt.stmt.Empty() {
 		c.be.Send(&pgproto3.EmptyQueryResponse{})
 		return nil
 	}
-	res, cancel, err := c.run(ctx, pt.stmt.query, pt.args)
-	if err != nil {
-		return err
+	if pt.res == nil {
+		res, cancel, err := c.run(ctx, pt.stmt.stmt, pt.args)
+		if err != nil {
+			return err
+		}
+		c.clearRunning(cancel)
+		pt.res = res
 	}
-	defer c.clearRunning(cancel)
-	return c.sendResult(res, pt.formats, false)
+	more, err := c.sendRows(pt.res, pt.formats, int(m.MaxRows))
+	if err != nil || !more {
+		pt.close()
+	}
+	return err
 }
 
 // sendError reports err with a SQLSTATE.
@@ -563,44 +591,15 @@ func (c *clientConn) sendError(err error) {
 
 // sqlState maps errors to PostgreSQL error codes.
 func sqlState(err error) string {
-	var de *duckdb.Error
 	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, errStatementTimeout):
+	case errors.Is(err, errStatementTimeout):
 		return "57014" // query_canceled
-	case errors.Is(err, query.ErrReadOnly):
-		return "25006" // read_only_sql_transaction
-	case errors.Is(err, query.ErrUnknownSetting):
-		return "42704" // undefined_object
-	case errors.Is(err, query.ErrSetting):
-		return "22023" // invalid_parameter_value
 	case errors.Is(err, errUndefined):
 		return "26000" // invalid_sql_statement_name
+	case errors.Is(err, errNoPortal):
+		return "34000" // invalid_cursor_name
 	case errors.Is(err, errProtocol):
 		return "08P01" // protocol_violation
-	case errors.As(err, &de):
-		switch de.Type {
-		case duckdb.ErrorTypeParser, duckdb.ErrorTypeSyntax:
-			return "42601"
-		case duckdb.ErrorTypeCatalog:
-			return "42P01"
-		case duckdb.ErrorTypeBinder:
-			return "42703"
-		case duckdb.ErrorTypePermission:
-			return "42501"
-		case duckdb.ErrorTypeDivideByZero:
-			return "22012"
-		case duckdb.ErrorTypeConversion, duckdb.ErrorTypeInvalidInput, duckdb.ErrorTypeOutOfRange, duckdb.ErrorTypeMismatchType:
-			return "22000"
-		case duckdb.ErrorTypeInterrupt:
-			return "57014"
-		case duckdb.ErrorTypeOutOfMemory:
-			return "53200"
-		case duckdb.ErrorTypeNotImplemented:
-			return "0A000"
-		}
 	}
-	if strings.Contains(err.Error(), "INTERRUPT") || strings.Contains(err.Error(), "Interrupted") {
-		return "57014"
-	}
-	return "XX000"
+	return query.SQLState(err)
 }

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/duckdb/duckdb-go/v2"
+	"github.com/retinadb/retina/internal/query"
 )
 
 // PostgreSQL type OIDs used on the wire.
@@ -31,74 +31,42 @@ const (
 	oidInterval    = 1186
 	oidNumeric     = 1700
 	oidUUID        = 2950
+	oidJSON        = 114
 )
 
-// oidOf maps a DuckDB type name (as database/sql reports it) to an OID.
-func oidOf(duckType string) uint32 {
-	base := duckType
-	if i := strings.IndexByte(base, '('); i >= 0 {
-		base = base[:i]
-	}
-	switch base {
-	case "BOOLEAN":
+// oidOf is the OID of a column or parameter type.
+func oidOf(t query.Type) uint32 {
+	switch t.Kind {
+	case query.TypeBool:
 		return oidBool
-	case "TINYINT", "SMALLINT", "UTINYINT":
+	case query.TypeInt16:
 		return oidInt2
-	case "INTEGER", "USMALLINT":
+	case query.TypeInt32:
 		return oidInt4
-	case "BIGINT", "UINTEGER":
+	case query.TypeInt64:
 		return oidInt8
-	case "UBIGINT", "HUGEINT", "UHUGEINT", "DECIMAL":
+	case query.TypeNumeric:
 		return oidNumeric
-	case "FLOAT":
+	case query.TypeFloat32:
 		return oidFloat4
-	case "DOUBLE":
+	case query.TypeFloat64:
 		return oidFloat8
-	case "BLOB":
+	case query.TypeBytes:
 		return oidBytea
-	case "DATE":
+	case query.TypeDate:
 		return oidDate
-	case "TIME":
+	case query.TypeTime:
 		return oidTime
-	case "TIMESTAMP", "TIMESTAMP_NS", "TIMESTAMP_MS", "TIMESTAMP_S":
+	case query.TypeTimestamp:
 		return oidTimestamp
-	case "TIMESTAMPTZ", "TIMESTAMP WITH TIME ZONE":
+	case query.TypeTimestampTZ:
 		return oidTimestampTZ
-	case "INTERVAL":
+	case query.TypeInterval:
 		return oidInterval
-	case "UUID":
+	case query.TypeUUID:
 		return oidUUID
-	}
-	return oidText
-}
-
-// oidOfType maps a DuckDB type enum (prepared-statement metadata) to an OID.
-func oidOfType(t duckdb.Type) uint32 {
-	switch t {
-	case duckdb.TYPE_BOOLEAN:
-		return oidBool
-	case duckdb.TYPE_TINYINT, duckdb.TYPE_SMALLINT, duckdb.TYPE_UTINYINT:
-		return oidInt2
-	case duckdb.TYPE_INTEGER, duckdb.TYPE_USMALLINT:
-		return oidInt4
-	case duckdb.TYPE_BIGINT, duckdb.TYPE_UINTEGER:
-		return oidInt8
-	case duckdb.TYPE_UBIGINT, duckdb.TYPE_HUGEINT, duckdb.TYPE_UHUGEINT, duckdb.TYPE_DECIMAL:
-		return oidNumeric
-	case duckdb.TYPE_FLOAT:
-		return oidFloat4
-	case duckdb.TYPE_DOUBLE:
-		return oidFloat8
-	case duckdb.TYPE_BLOB:
-		return oidBytea
-	case duckdb.TYPE_DATE:
-		return oidDate
-	case duckdb.TYPE_TIMESTAMP, duckdb.TYPE_TIMESTAMP_S, duckdb.TYPE_TIMESTAMP_MS, duckdb.TYPE_TIMESTAMP_NS:
-		return oidTimestamp
-	case duckdb.TYPE_TIMESTAMP_TZ:
-		return oidTimestampTZ
-	case duckdb.TYPE_UUID:
-		return oidUUID
+	case query.TypeJSON:
+		return oidJSON
 	}
 	return oidText
 }
@@ -128,8 +96,8 @@ func encodeText(v any, oid uint32) []byte {
 			return []byte(formatUUID(x))
 		}
 		return append([]byte(`\x`), hex.EncodeToString(x)...)
-	case duckdb.Decimal:
-		return []byte(decimalString(x))
+	case query.Decimal:
+		return []byte(x.String())
 	case *big.Int:
 		return []byte(x.String())
 	case time.Time:
@@ -142,8 +110,8 @@ func encodeText(v any, oid uint32) []byte {
 			return []byte(x.Format("15:04:05.999999"))
 		}
 		return []byte(x.Format("2006-01-02 15:04:05.999999"))
-	case duckdb.Interval:
-		return []byte(fmt.Sprintf("%d mons %d days %d microseconds", x.Months, x.Days, x.Micros))
+	case query.Interval:
+		return []byte(formatInterval(x))
 	}
 	return fmt.Append(nil, v)
 }
@@ -165,18 +133,50 @@ func formatUUID(b []byte) string {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
-func decimalString(d duckdb.Decimal) string {
-	s := new(big.Int).Abs(d.Value).String()
-	if d.Scale > 0 {
-		for len(s) <= int(d.Scale) {
-			s = "0" + s
+// formatInterval renders an interval as PostgreSQL's default
+// IntervalStyle (postgres) does: "1 year 2 mons -3 days +04:05:06.5".
+func formatInterval(iv query.Interval) string {
+	var b strings.Builder
+	negBefore := false // an earlier part was negative: later positives get a +
+	part := func(n int64, unit string) {
+		if n == 0 {
+			return
 		}
-		s = s[:len(s)-int(d.Scale)] + "." + s[len(s)-int(d.Scale):]
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		if negBefore && n > 0 {
+			b.WriteByte('+')
+		}
+		fmt.Fprintf(&b, "%d %s", n, unit)
+		if n != 1 {
+			b.WriteByte('s')
+		}
+		negBefore = n < 0
 	}
-	if d.Value.Sign() < 0 {
-		s = "-" + s
+	part(int64(iv.Months/12), "year")
+	part(int64(iv.Months%12), "mon")
+	part(int64(iv.Days), "day")
+	if iv.Micros == 0 && b.Len() > 0 {
+		return b.String()
 	}
-	return s
+	if b.Len() > 0 {
+		b.WriteByte(' ')
+	}
+	us := iv.Micros
+	switch {
+	case us < 0:
+		b.WriteByte('-')
+		us = -us
+	case negBefore:
+		b.WriteByte('+')
+	}
+	secs := us / 1e6
+	fmt.Fprintf(&b, "%02d:%02d:%02d", secs/3600, secs/60%60, secs%60)
+	if frac := us % 1e6; frac != 0 {
+		b.WriteString(strings.TrimRight(fmt.Sprintf(".%06d", frac), "0"))
+	}
+	return b.String()
 }
 
 // encodeBinary renders a value in PostgreSQL's binary format for its OID.
@@ -223,6 +223,12 @@ func encodeBinary(v any, oid uint32) ([]byte, error) {
 		}
 	case oidNumeric:
 		return encodeNumeric(string(encodeText(v, oid)))
+	case oidInterval:
+		if iv, ok := v.(query.Interval); ok {
+			b := binary.BigEndian.AppendUint64(nil, uint64(iv.Micros))
+			b = binary.BigEndian.AppendUint32(b, uint32(iv.Days))
+			return binary.BigEndian.AppendUint32(b, uint32(iv.Months)), nil
+		}
 	default:
 		return encodeText(v, oid), nil
 	}
@@ -419,4 +425,29 @@ func decodeParam(b []byte, oid uint32, format int16) (any, error) {
 		return string(b), nil
 	}
 	return nil, fmt.Errorf("pgwire: bad binary parameter of %d bytes for type %d", len(b), oid)
+}
+
+// typeSize is pg_type.typlen: the width of a fixed-size type, -1 otherwise.
+func typeSize(t query.Type) int16 {
+	switch t.Kind {
+	case query.TypeBool:
+		return 1
+	case query.TypeInt16:
+		return 2
+	case query.TypeInt32, query.TypeFloat32, query.TypeDate:
+		return 4
+	case query.TypeInt64, query.TypeFloat64, query.TypeTime, query.TypeTimestamp, query.TypeTimestampTZ:
+		return 8
+	case query.TypeInterval, query.TypeUUID:
+		return 16
+	}
+	return -1
+}
+
+// typeModifier is PostgreSQL's atttypmod: numeric(p,s) is ((p << 16) | s) + 4.
+func typeModifier(t query.Type) int32 {
+	if t.Kind == query.TypeNumeric && t.Precision > 0 {
+		return int32(t.Precision)<<16 | int32(t.Scale) + 4
+	}
+	return -1
 }

@@ -60,10 +60,11 @@ type Config struct {
 
 // Engine owns the embedded DuckDB database.
 type Engine struct {
-	cfg   Config
-	db    *sql.DB
-	admin *sql.Conn
-	log   *slog.Logger
+	cfg       Config
+	connector *duckdb.Connector
+	db        *sql.DB
+	admin     *sql.Conn // registers functions and keeps the views
+	log       *slog.Logger
 
 	viewsMu sync.Mutex
 	viewsAt uint64          // catalog version the views match
@@ -95,7 +96,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("query: start DuckDB: %w", err)
 	}
-	e := &Engine{cfg: cfg, db: sql.OpenDB(connector), log: cfg.Logger.With("component", "query"), views: map[string]bool{}}
+	e := &Engine{cfg: cfg, connector: connector, db: sql.OpenDB(connector), log: cfg.Logger.With("component", "query"), views: map[string]bool{}}
 	if e.admin, err = e.db.Conn(ctx); err != nil {
 		e.db.Close()
 		return nil, err
@@ -212,16 +213,21 @@ func (e *Engine) Close() error {
 // explicit read transaction, its snapshot. Not safe for concurrent use.
 type Session struct {
 	e        *Engine
-	conn     *sql.Conn
+	conn     *duckdb.Conn
 	tx       *readView // the snapshot between BEGIN and COMMIT
 	settings *Settings
 }
 
 // NewSession opens a session.
 func (e *Engine) NewSession(ctx context.Context) (*Session, error) {
-	c, err := e.db.Conn(ctx)
+	dc, err := e.connector.Connect(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("query: new session: %w", err)
+	}
+	c, ok := dc.(*duckdb.Conn)
+	if !ok {
+		dc.Close()
+		return nil, fmt.Errorf("query: new session: unexpected connection type %T", dc)
 	}
 	return &Session{e: e, conn: c, settings: newSettings(e.cfg.IdleInTransactionTimeout)}, nil
 }
@@ -244,24 +250,29 @@ func (s *Session) Close() error {
 // Column describes a result column.
 type Column struct {
 	Name string
-	Type string // DuckDB type name, e.g. BIGINT, DECIMAL(12,2)
+	Type Type
 }
 
 // Result is a statement's outcome: rows to read, or just a command tag.
 // Close must be called; it releases the statement's snapshot.
 type Result struct {
 	Columns []Column
-	Tag     string // e.g. SELECT, BEGIN, COMMIT
-	rows    *sql.Rows
+	Tag     string // e.g. SELECT, BEGIN, COMMIT; "" for an empty statement
+	rows    driver.Rows
 	static  [][]any // rows computed here (SHOW), when rows is nil
+	buf     []driver.Value
 	cur     []any
 	n       int
+	err     error
 	end     func()
 	once    sync.Once
 }
 
 // Next advances to the next row.
 func (r *Result) Next() bool {
+	if r.err != nil {
+		return false
+	}
 	if r.rows == nil {
 		if r.n >= len(r.static) {
 			return false
@@ -270,36 +281,31 @@ func (r *Result) Next() bool {
 		r.n++
 		return true
 	}
-	if !r.rows.Next() {
+	if r.buf == nil {
+		r.buf = make([]driver.Value, len(r.Columns))
+	}
+	ok, err := fetch(r.rows, r.buf)
+	if err != nil || !ok {
+		r.err = err
 		return false
+	}
+	for i, v := range r.buf {
+		r.cur[i] = v
 	}
 	r.n++
 	return true
 }
 
-// Values scans the current row.
+// Values is the current row; the slice is the caller's.
 func (r *Result) Values() ([]any, error) {
-	if r.rows == nil {
-		return slices.Clone(r.cur), nil
-	}
-	vals := make([]any, len(r.Columns))
-	ptrs := make([]any, len(vals))
-	for i := range vals {
-		ptrs[i] = &vals[i]
-	}
-	return vals, r.rows.Scan(ptrs...)
+	return slices.Clone(r.cur), nil
 }
 
 // Rows is how many rows Next returned.
 func (r *Result) Rows() int { return r.n }
 
 // Err is the error that ended the rows, if any.
-func (r *Result) Err() error {
-	if r.rows == nil {
-		return nil
-	}
-	return r.rows.Err()
-}
+func (r *Result) Err() error { return r.err }
 
 // Close ends the result and the statement's snapshot. It is idempotent.
 func (r *Result) Close() error {
@@ -315,70 +321,33 @@ func (r *Result) Close() error {
 	return err
 }
 
-// Run executes one statement. Transaction control (BEGIN, COMMIT, ROLLBACK)
-// is handled here; anything else runs in DuckDB at the session's snapshot.
-func (s *Session) Run(ctx context.Context, stmt string, args ...any) (*Result, error) {
-	s.e.statements.Add(1)
-	switch word := firstWord(stmt); word {
-	case "SET", "RESET", "SHOW":
-		st, ok, err := parseSetting(stmt, func(name string) bool { _, ok := s.settings.lookup(name); return ok })
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			return s.setting(st)
-		}
-	case "SELECT":
-		if w, ok := parseWait(stmt); ok {
-			return s.wait(ctx, w)
-		}
-	case "BEGIN", "START":
-		if s.tx == nil {
-			v, err := s.e.beginView(ctx)
-			if err != nil {
-				return nil, err
-			}
-			s.tx = v
-		}
-		return &Result{Tag: "BEGIN"}, nil
-	case "COMMIT", "END", "ROLLBACK", "ABORT":
-		if s.tx != nil {
-			err := s.e.endView(ctx, s.tx)
-			s.tx = nil
-			if err != nil {
-				return nil, err
-			}
-		}
-		tag := "COMMIT"
-		if word == "ROLLBACK" || word == "ABORT" {
-			tag = "ROLLBACK"
-		}
-		return &Result{Tag: tag}, nil
-	}
-	if err := s.e.syncViews(ctx); err != nil {
-		return nil, err
-	}
-	if err := s.checkReadOnly(ctx, stmt); err != nil {
-		return nil, err
-	}
-	view, end, err := s.snapshot(ctx)
+// Run prepares and executes one statement.
+func (s *Session) Run(ctx context.Context, text string, args ...any) (*Result, error) {
+	st, err := s.Prepare(ctx, text)
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.query(withView(ctx, view), stmt, args)
+	res, err := s.Execute(ctx, st, args)
 	if err != nil {
-		end()
+		st.Close()
 		return nil, err
 	}
-	res.end = end
+	end := res.end
+	res.end = func() {
+		if end != nil {
+			end()
+		}
+		st.Close()
+	}
 	return res, nil
 }
 
 // setting runs a SET, RESET or SHOW of a parameter.
 func (s *Session) setting(st settingStmt) (*Result, error) {
+	cols := s.settingColumns(st)
 	switch {
 	case st.verb == "SHOW" && strings.EqualFold(st.name, "all"):
-		res := &Result{Tag: "SHOW", Columns: []Column{{Name: "name", Type: "VARCHAR"}, {Name: "setting", Type: "VARCHAR"}}}
+		res := &Result{Tag: "SHOW", Columns: cols}
 		for _, kv := range s.settings.All() {
 			res.static = append(res.static, []any{kv[0], kv[1]})
 		}
@@ -388,11 +357,7 @@ func (s *Session) setting(st settingStmt) (*Result, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w: %w %q", ErrSetting, ErrUnknownSetting, st.name)
 		}
-		name := strings.ToLower(st.name)
-		if p, ok := s.settings.lookup(st.name); ok {
-			name = p.name
-		}
-		return &Result{Tag: "SHOW", Columns: []Column{{Name: name, Type: "VARCHAR"}}, static: [][]any{{v}}}, nil
+		return &Result{Tag: "SHOW", Columns: cols, static: [][]any{{v}}}, nil
 	case st.verb == "RESET" || st.def:
 		if err := s.settings.Reset(st.name); err != nil {
 			return nil, err
@@ -403,33 +368,6 @@ func (s *Session) setting(st settingStmt) (*Result, error) {
 		return nil, err
 	}
 	return &Result{Tag: "SET"}, nil
-}
-
-// DescribeSetting describes a SET, RESET or SHOW of a parameter without
-// running it: ok is false for any other statement.
-func (s *Session) DescribeSetting(stmt string) (cols []Column, ok bool, err error) {
-	switch firstWord(stmt) {
-	case "SELECT":
-		if _, ok := parseWait(stmt); ok {
-			return waitColumns, true, nil
-		}
-		return nil, false, nil
-	case "SET", "RESET", "SHOW":
-	default:
-		return nil, false, nil
-	}
-	st, ok, err := parseSetting(stmt, func(name string) bool { _, ok := s.settings.lookup(name); return ok })
-	if !ok || err != nil || st.verb != "SHOW" {
-		return nil, ok, err
-	}
-	if strings.EqualFold(st.name, "all") {
-		return []Column{{Name: "name", Type: "VARCHAR"}, {Name: "setting", Type: "VARCHAR"}}, true, nil
-	}
-	name := strings.ToLower(st.name)
-	if p, found := s.settings.lookup(st.name); found {
-		name = p.name
-	}
-	return []Column{{Name: name, Type: "VARCHAR"}}, true, nil
 }
 
 // snapshot is the session's transaction view, or a new one for this
@@ -447,58 +385,6 @@ func (s *Session) snapshot(ctx context.Context) (*readView, func(), error) {
 			s.e.log.Error("ending a query snapshot failed", "err", err)
 		}
 	}, nil
-}
-
-func (s *Session) query(ctx context.Context, stmt string, args []any) (*Result, error) {
-	rows, err := s.conn.QueryContext(ctx, stmt, args...)
-	if err != nil {
-		return nil, err
-	}
-	cts, err := rows.ColumnTypes()
-	if err != nil {
-		rows.Close()
-		return nil, err
-	}
-	res := &Result{rows: rows, Tag: "SELECT"}
-	for _, ct := range cts {
-		res.Columns = append(res.Columns, Column{Name: ct.Name(), Type: ct.DatabaseTypeName()})
-	}
-	return res, nil
-}
-
-// Describe prepares a statement without running it and hands it to fn, to
-// read its parameter and result types (the extended wire protocol's
-// Describe). Writing statements are refused as in Run.
-func (s *Session) Describe(ctx context.Context, stmt string, fn func(*duckdb.Stmt) error) error {
-	if err := s.e.syncViews(ctx); err != nil {
-		return err
-	}
-	return s.prepared(ctx, stmt, func(st *duckdb.Stmt) error {
-		if err := readOnly(st); err != nil {
-			return err
-		}
-		return fn(st)
-	})
-}
-
-func (s *Session) prepared(ctx context.Context, stmt string, fn func(*duckdb.Stmt) error) error {
-	return s.conn.Raw(func(dc any) error {
-		st, err := dc.(driver.ConnPrepareContext).PrepareContext(ctx, stmt)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
-		ds, ok := st.(*duckdb.Stmt)
-		if !ok {
-			return fmt.Errorf("query: unexpected statement type %T", st)
-		}
-		return fn(ds)
-	})
-}
-
-// checkReadOnly prepares the statement to learn its type.
-func (s *Session) checkReadOnly(ctx context.Context, stmt string) error {
-	return s.prepared(ctx, stmt, readOnly)
 }
 
 func readOnly(st *duckdb.Stmt) error {

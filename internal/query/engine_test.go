@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
-	_ "github.com/duckdb/duckdb-go/v2"
+	"github.com/duckdb/duckdb-go/v2"
 
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/query"
@@ -242,6 +242,11 @@ func plainQuery(t testing.TB, db *sql.DB, q string) [][]any {
 		}
 		if err := rows.Scan(ptrs...); err != nil {
 			t.Fatal(err)
+		}
+		for i, v := range vals {
+			if d, ok := v.(duckdb.Decimal); ok { // rendered as the engine renders exact numerics
+				vals[i] = query.Decimal{Value: d.Value, Scale: d.Scale}
+			}
 		}
 		out = append(out, vals)
 	}

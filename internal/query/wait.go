@@ -47,7 +47,7 @@ func parseWait(stmt string) (waitCall, bool) {
 }
 
 // waitColumns describe retina_wait_lsn's result.
-var waitColumns = []Column{{Name: "retina_wait_lsn", Type: "BOOLEAN"}}
+var waitColumns = []Column{{Name: "retina_wait_lsn", Type: Type{Kind: TypeBool}}}
 
 // wait runs retina_wait_lsn: true once the commits before the LSN are
 // visible; an error naming the LSN when the timeout passes first.

@@ -1,0 +1,141 @@
+package pgwire_test
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/retinadb/retina/internal/replay"
+	"github.com/retinadb/retina/internal/server/servertest"
+)
+
+// rawClient speaks the protocol message by message, for what drivers do
+// not expose (row limits on Execute, portals kept across Syncs).
+type rawClient struct {
+	t  *testing.T
+	fe *pgproto3.Frontend
+}
+
+func dialRaw(t *testing.T, url string) *rawClient {
+	t.Helper()
+	cfg, err := pgconn.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := net.DialTimeout("tcp", fmt.Sprintf("%s:%d", cfg.Host, cfg.Port), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.SetDeadline(time.Now().Add(30 * time.Second))
+	t.Cleanup(func() { nc.Close() })
+	c := &rawClient{t: t, fe: pgproto3.NewFrontend(nc, nc)}
+	c.send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber, Parameters: map[string]string{"user": "retina"}})
+	c.until("Z")
+	return c
+}
+
+func (c *rawClient) send(msgs ...pgproto3.FrontendMessage) {
+	c.t.Helper()
+	for _, m := range msgs {
+		c.fe.Send(m)
+	}
+	if err := c.fe.Flush(); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// until reads messages up to the first of the given type letter and
+// returns a transcript: one letter per message, D rows as their text.
+func (c *rawClient) until(last string) string {
+	c.t.Helper()
+	var b strings.Builder
+	for {
+		m, err := c.fe.Receive()
+		if err != nil {
+			c.t.Fatalf("after %q: %v", b.String(), err)
+		}
+		var letter string
+		switch m := m.(type) {
+		case *pgproto3.ParseComplete:
+			letter = "1"
+		case *pgproto3.BindComplete:
+			letter = "2"
+		case *pgproto3.CloseComplete:
+			letter = "3"
+		case *pgproto3.RowDescription:
+			letter = "T"
+		case *pgproto3.DataRow:
+			letter = "D" + string(m.Values[0])
+		case *pgproto3.PortalSuspended:
+			letter = "s"
+		case *pgproto3.CommandComplete:
+			letter = "C(" + string(m.CommandTag) + ")"
+		case *pgproto3.ReadyForQuery:
+			letter = "Z" + string(m.TxStatus)
+		case *pgproto3.ErrorResponse:
+			letter = "E(" + m.Code + ")"
+		case *pgproto3.NoData:
+			letter = "n"
+		default:
+			letter = fmt.Sprintf("%T", m)
+		}
+		b.WriteString(letter + " ")
+		if strings.HasPrefix(letter, last) {
+			return strings.TrimSpace(b.String())
+		}
+	}
+}
+
+func TestPortalsSuspendAndResume(t *testing.T) {
+	n := servertest.OpenNode(t)
+	tb := servertest.CreateTable(t, n, "account", accountCols(), "id")
+	var ops []replay.Op
+	for i := range 5 {
+		ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{int64(i), "o", int64(10)}})
+	}
+	servertest.Apply(t, n, ops...)
+	c := dialRaw(t, serve(t, n))
+
+	// Row limits within one Sync: two rows, two rows, the rest.
+	sel := &pgproto3.Parse{Name: "s", Query: "SELECT id FROM account ORDER BY id"}
+	c.send(sel, &pgproto3.Bind{PreparedStatement: "s"},
+		&pgproto3.Execute{MaxRows: 2}, &pgproto3.Execute{MaxRows: 2}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	if got, want := c.until("Z"), "1 2 D0 D1 s D2 D3 s D4 C(SELECT 5) ZI"; got != want {
+		t.Fatalf("limited executes:\n got %s\nwant %s", got, want)
+	}
+
+	// Inside a transaction a portal outlives Sync, as JDBC's fetch size
+	// relies on; a second portal of the same statement runs beside it.
+	c.send(&pgproto3.Query{String: "/* a comment first */ BEGIN"})
+	if got := c.until("Z"); got != "C(BEGIN) ZT" {
+		t.Fatalf("BEGIN after a comment: %s", got)
+	}
+	c.send(&pgproto3.Bind{PreparedStatement: "s", DestinationPortal: "p"}, &pgproto3.Execute{Portal: "p", MaxRows: 3}, &pgproto3.Sync{})
+	if got, want := c.until("Z"), "2 D0 D1 D2 s ZT"; got != want {
+		t.Fatalf("first fetch: got %s want %s", got, want)
+	}
+	c.send(&pgproto3.Bind{PreparedStatement: "s", DestinationPortal: "q"}, &pgproto3.Execute{Portal: "q", MaxRows: 1}, &pgproto3.Sync{})
+	if got, want := c.until("Z"), "2 D0 s ZT"; got != want {
+		t.Fatalf("second portal: got %s want %s", got, want)
+	}
+	c.send(&pgproto3.Execute{Portal: "p", MaxRows: 3}, &pgproto3.Sync{})
+	if got, want := c.until("Z"), "D3 D4 C(SELECT 5) ZT"; got != want {
+		t.Fatalf("resumed fetch: got %s want %s", got, want)
+	}
+	c.send(&pgproto3.Query{String: "COMMIT"})
+	c.until("Z")
+
+	// Outside a transaction, Sync ends the portal.
+	c.send(&pgproto3.Bind{PreparedStatement: "s", DestinationPortal: "p"}, &pgproto3.Execute{Portal: "p", MaxRows: 1}, &pgproto3.Sync{})
+	c.until("Z")
+	c.send(&pgproto3.Execute{Portal: "p"}, &pgproto3.Sync{})
+	if got, want := c.until("Z"), "E(34000) ZI"; got != want {
+		t.Fatalf("portal after Sync: got %s want %s", got, want)
+	}
+
+}

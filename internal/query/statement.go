@@ -1,0 +1,280 @@
+package query
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/duckdb/duckdb-go/v2"
+)
+
+// stmtKind is what executing a statement does.
+type stmtKind uint8
+
+const (
+	stmtQuery    stmtKind = iota // runs in DuckDB at a snapshot
+	stmtEmpty                    // nothing but blanks and comments
+	stmtBegin                    // BEGIN, START TRANSACTION
+	stmtCommit                   // COMMIT, END
+	stmtRollback                 // ROLLBACK, ABORT
+	stmtSetting                  // SET, RESET, SHOW of a parameter
+	stmtWait                     // SELECT retina_wait_lsn(…)
+)
+
+// Statement is one prepared statement, described in engine-neutral terms:
+// the types of its placeholders and of its result's columns. DuckDB
+// prepares a query once, here; every execution reuses that plan. A
+// statement belongs to its session and is closed with Close.
+type Statement struct {
+	Text    string
+	Params  []Type   // $1, $2, …
+	Columns []Column // nil: the statement returns no rows
+
+	sess    *Session
+	kind    stmtKind
+	setting settingStmt
+	wait    waitCall
+	duck    *duckdb.Stmt
+	busy    bool // duck's result is still open
+}
+
+// Empty reports a statement of nothing but blanks and comments.
+func (st *Statement) Empty() bool { return st.kind == stmtEmpty }
+
+// Close releases the statement's plan.
+func (st *Statement) Close() error {
+	if st.duck == nil {
+		return nil
+	}
+	err := st.duck.Close()
+	st.duck = nil
+	return err
+}
+
+// Prepare parses and plans one statement. Transaction control, SET, RESET
+// and SHOW of parameters and retina_wait_lsn are handled by the session;
+// anything else is planned by DuckDB and refused unless it only reads.
+func (s *Session) Prepare(ctx context.Context, text string) (*Statement, error) {
+	st := &Statement{Text: text, sess: s}
+	switch word := firstWord(text); word {
+	case "":
+		if strings.Trim(stripLeadingComments(text), "; \t\r\n") == "" {
+			st.kind = stmtEmpty
+			return st, nil
+		}
+	case "BEGIN", "START":
+		st.kind = stmtBegin
+		return st, nil
+	case "COMMIT", "END":
+		st.kind = stmtCommit
+		return st, nil
+	case "ROLLBACK", "ABORT":
+		st.kind = stmtRollback
+		return st, nil
+	case "SET", "RESET", "SHOW":
+		set, ok, err := parseSetting(text, func(name string) bool { _, ok := s.settings.lookup(name); return ok })
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			st.kind, st.setting = stmtSetting, set
+			st.Columns = s.settingColumns(set)
+			return st, nil
+		}
+	case "SELECT":
+		if w, ok := parseWait(text); ok {
+			st.kind, st.wait, st.Columns = stmtWait, w, waitColumns
+			return st, nil
+		}
+	}
+	if err := s.e.syncViews(ctx); err != nil {
+		return nil, err
+	}
+	duck, err := s.prepareDuck(ctx, text)
+	if err != nil {
+		return nil, err
+	}
+	st.duck = duck
+	if err := st.describe(); err != nil {
+		duck.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+func (s *Session) prepareDuck(ctx context.Context, text string) (*duckdb.Stmt, error) {
+	ds, err := s.conn.PrepareContext(ctx, text)
+	if err != nil {
+		return nil, engineError(err)
+	}
+	duck, ok := ds.(*duckdb.Stmt)
+	if !ok {
+		ds.Close()
+		return nil, fmt.Errorf("query: unexpected statement type %T", ds)
+	}
+	if err := readOnly(duck); err != nil {
+		duck.Close()
+		return nil, err
+	}
+	return duck, nil
+}
+
+// describe reads the plan's placeholder and column types.
+func (st *Statement) describe() error {
+	d := st.duck
+	for i := range d.NumInput() {
+		t, err := d.ParamType(i + 1)
+		if err != nil {
+			return engineError(err)
+		}
+		st.Params = append(st.Params, typeOfDuck(t, nil))
+	}
+	n, err := d.ColumnCount()
+	if err != nil {
+		return engineError(err)
+	}
+	st.Columns = make([]Column, 0, n)
+	for i := range n {
+		name, err := d.ColumnName(i)
+		if err != nil {
+			return engineError(err)
+		}
+		t, err := d.ColumnType(i)
+		if err != nil {
+			return engineError(err)
+		}
+		info, err := d.ColumnTypeInfo(i)
+		if err != nil {
+			info = nil // the kind alone still describes the column
+		}
+		st.Columns = append(st.Columns, Column{Name: name, Type: typeOfDuck(t, info)})
+	}
+	return nil
+}
+
+// Execute runs a prepared statement with its placeholders' values.
+func (s *Session) Execute(ctx context.Context, st *Statement, args []any) (*Result, error) {
+	if st.sess != s {
+		return nil, fmt.Errorf("query: statement %q belongs to another session", st.Text)
+	}
+	s.e.statements.Add(1)
+	switch st.kind {
+	case stmtEmpty:
+		return &Result{Tag: ""}, nil
+	case stmtBegin:
+		if s.tx == nil {
+			v, err := s.e.beginView(ctx)
+			if err != nil {
+				return nil, err
+			}
+			s.tx = v
+		}
+		return &Result{Tag: "BEGIN"}, nil
+	case stmtCommit, stmtRollback:
+		if s.tx != nil {
+			err := s.e.endView(ctx, s.tx)
+			s.tx = nil
+			if err != nil {
+				return nil, err
+			}
+		}
+		if st.kind == stmtRollback {
+			return &Result{Tag: "ROLLBACK"}, nil
+		}
+		return &Result{Tag: "COMMIT"}, nil
+	case stmtSetting:
+		return s.setting(st.setting)
+	case stmtWait:
+		return s.wait(ctx, st.wait)
+	}
+	if st.duck == nil {
+		return nil, fmt.Errorf("query: statement %q is closed", st.Text)
+	}
+	if err := s.e.syncViews(ctx); err != nil {
+		return nil, err
+	}
+	named, err := namedArgs(s.conn, args)
+	if err != nil {
+		return nil, err
+	}
+	view, end, err := s.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// A statement whose last result is still open (a suspended portal)
+	// runs this time on a plan of its own.
+	duck, own := st.duck, false
+	if st.busy {
+		if duck, err = s.prepareDuck(ctx, st.Text); err != nil {
+			end()
+			return nil, err
+		}
+		own = true
+	}
+	rows, err := duck.QueryContext(withView(ctx, view), named)
+	if err != nil {
+		if own {
+			duck.Close()
+		}
+		end()
+		return nil, engineError(err)
+	}
+	res := &Result{Columns: st.Columns, Tag: "SELECT", rows: rows, cur: make([]any, len(st.Columns))}
+	if own {
+		res.end = func() { duck.Close(); end() }
+	} else {
+		st.busy = true
+		res.end = func() { st.busy = false; end() }
+	}
+	return res, nil
+}
+
+// namedArgs turns placeholder values into the driver's, as database/sql
+// would: the driver's own check first, the default conversion otherwise.
+func namedArgs(c driver.NamedValueChecker, args []any) ([]driver.NamedValue, error) {
+	out := make([]driver.NamedValue, len(args))
+	for i, a := range args {
+		out[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
+		err := c.CheckNamedValue(&out[i])
+		if errors.Is(err, driver.ErrSkip) {
+			out[i].Value, err = driver.DefaultParameterConverter.ConvertValue(a)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("query: parameter $%d: %w", i+1, err)
+		}
+	}
+	return out, nil
+}
+
+// fetch reads the next row of a DuckDB result into dst.
+func fetch(rows driver.Rows, dst []driver.Value) (bool, error) {
+	err := rows.Next(dst)
+	if err == io.EOF {
+		return false, nil
+	}
+	if err != nil {
+		return false, engineError(err)
+	}
+	for i, v := range dst {
+		dst[i] = neutral(v)
+	}
+	return true, nil
+}
+
+// settingColumns describe a SHOW's result (nil for SET and RESET).
+func (s *Session) settingColumns(st settingStmt) []Column {
+	if st.verb != "SHOW" {
+		return nil
+	}
+	if strings.EqualFold(st.name, "all") {
+		return []Column{{Name: "name", Type: Type{Kind: TypeText}}, {Name: "setting", Type: Type{Kind: TypeText}}}
+	}
+	name := strings.ToLower(st.name)
+	if p, found := s.settings.lookup(st.name); found {
+		name = p.name
+	}
+	return []Column{{Name: name, Type: Type{Kind: TypeText}}}
+}
