@@ -66,6 +66,9 @@ exactly where it stopped.`,
 	f.StringArrayVar(&c.Sources, "source", nil, "change source URI, repeatable: file:PATH, file:-, kafka://HOST:PORT?topics=…, postgres://USER@HOST:PORT/DB?slot=…&publication=…")
 	f.StringVar(&c.SourceEOF, "source-eof", c.SourceEOF, "at the end of a file source: follow (keep reading as it grows) or stop")
 	f.StringVar(&c.SQLAddr, "sql-addr", c.SQLAddr, "PostgreSQL wire protocol endpoint")
+	f.StringVar(&c.SQLTLSCert, "sql-tls-cert", "", "PEM certificate for TLS on the SQL endpoint (with --sql-tls-key)")
+	f.StringVar(&c.SQLTLSKey, "sql-tls-key", "", "PEM private key of --sql-tls-cert")
+	f.BoolVar(&c.SQLTLSRequired, "sql-tls-required", false, "refuse SQL clients that do not use TLS")
 	f.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP endpoint for /metrics and /healthz")
 	f.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
 	f.StringVar(&c.IndexBackend, "index", c.IndexBackend, "index backend: memory or pebble")
@@ -107,7 +110,9 @@ func applyChangedFlags(fs *pflag.FlagSet, cfg *server.Config, from server.Config
 		"data": func() { cfg.DataDir = from.DataDir }, "lake": func() { cfg.Lake = from.Lake },
 		"source": func() { cfg.Sources = from.Sources }, "source-eof": func() { cfg.SourceEOF = from.SourceEOF },
 		"sql-addr": func() { cfg.SQLAddr = from.SQLAddr }, "http-addr": func() { cfg.HTTPAddr = from.HTTPAddr },
-		"log-format": func() { cfg.LogFormat = from.LogFormat }, "index": func() { cfg.IndexBackend = from.IndexBackend },
+		"sql-tls-cert": func() { cfg.SQLTLSCert = from.SQLTLSCert }, "sql-tls-key": func() { cfg.SQLTLSKey = from.SQLTLSKey },
+		"sql-tls-required": func() { cfg.SQLTLSRequired = from.SQLTLSRequired },
+		"log-format":       func() { cfg.LogFormat = from.LogFormat }, "index": func() { cfg.IndexBackend = from.IndexBackend },
 		"replayers": func() { cfg.Replayers = from.Replayers }, "buckets": func() { cfg.Buckets = from.Buckets },
 		"bad-input": func() { cfg.BadInput = from.BadInput }, "dead-letter": func() { cfg.DeadLetter = from.DeadLetter },
 		"decimal-handling":                    func() { cfg.DecimalHandling = from.DecimalHandling },

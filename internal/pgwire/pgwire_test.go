@@ -25,7 +25,7 @@ import (
 // serve starts the endpoint on 127.0.0.1 for the node.
 func serve(t *testing.T, n *server.Node) string {
 	t.Helper()
-	srv, err := pgwire.Listen("127.0.0.1:0", n.Engine, servertest.Quiet())
+	srv, err := pgwire.Listen("127.0.0.1:0", n.Engine, pgwire.Options{Logger: servertest.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

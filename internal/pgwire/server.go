@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -21,9 +22,22 @@ import (
 	"github.com/retinadb/retina/internal/query"
 )
 
+// Options configure who may connect and how.
+type Options struct {
+	// Users may log in with SCRAM-SHA-256; none means no password is
+	// asked, which suits a server only this machine can reach.
+	Users Users
+	// TLS, when set, is offered to clients that ask (sslmode=require,
+	// verify-full, …); RequireTLS refuses those that do not.
+	TLS        *tls.Config
+	RequireTLS bool
+	Logger     *slog.Logger
+}
+
 // Server accepts PostgreSQL clients.
 type Server struct {
 	engine *query.Engine
+	opts   Options
 	log    *slog.Logger
 	ln     net.Listener
 
@@ -35,15 +49,23 @@ type Server struct {
 }
 
 // Listen binds addr (e.g. 127.0.0.1:5433).
-func Listen(addr string, engine *query.Engine, log *slog.Logger) (*Server, error) {
+func Listen(addr string, engine *query.Engine, opts Options) (*Server, error) {
+	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
+	}
+	if opts.RequireTLS && opts.TLS == nil {
+		return nil, fmt.Errorf("pgwire: TLS is required but no certificate and key are configured (sql_tls_cert, sql_tls_key)")
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("pgwire: listen on %s: %w", addr, err)
 	}
-	return &Server{engine: engine, log: log.With("component", "pgwire"), ln: ln, conns: map[uint32]*clientConn{}}, nil
+	s := &Server{engine: engine, opts: opts, log: log.With("component", "pgwire"), ln: ln, conns: map[uint32]*clientConn{}}
+	if !isLoopback(ln.Addr()) && len(opts.Users) == 0 {
+		s.log.Warn("the SQL endpoint is reachable beyond this machine and asks no password: anyone who can reach it can read every table; configure sql_users (or RETINA_SQL_USER and RETINA_SQL_PASSWORD)", "addr", ln.Addr().String())
+	}
+	return s, nil
 }
 
 // Addr is the address clients connect to.
@@ -138,20 +160,25 @@ func (c *clientConn) cancelRunning() {
 }
 
 func (s *Server) handle(ctx context.Context, nc net.Conn) {
-	defer nc.Close()
-	be := pgproto3.NewBackend(nc, nc)
-	cc := &clientConn{srv: s, net: nc, be: be, stmts: map[string]*prepared{}, portals: map[string]*portal{}}
-	ok, err := cc.startup()
-	if err != nil || !ok {
+	cc := &clientConn{srv: s, net: nc, be: pgproto3.NewBackend(nc, nc), stmts: map[string]*prepared{}, portals: map[string]*portal{}}
+	defer func() { cc.net.Close() }()
+	startup, err := cc.startup()
+	if err != nil || startup == nil {
 		if err != nil && !errors.Is(err, io.EOF) {
 			s.log.Debug("startup failed", "remote", nc.RemoteAddr(), "err", err)
 		}
 		return
 	}
+	user := startup.Parameters["user"]
+	if err := cc.admit(user); err != nil {
+		s.log.Info("refused a client", "remote", nc.RemoteAddr(), "user", user, "err", err)
+		cc.sendFatal(err)
+		return
+	}
 	sess, err := s.engine.NewSession(ctx)
 	if err != nil {
 		cc.sendError(err)
-		be.Flush()
+		cc.be.Flush()
 		return
 	}
 	cc.sess = sess
@@ -162,6 +189,7 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 		}
 		sess.Close() // ends a read transaction's snapshot too
 	}()
+	cc.applyStartupParameters(startup.Parameters)
 	s.mu.Lock()
 	s.nextPID++
 	cc.pid = s.nextPID
@@ -174,17 +202,14 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 	}()
 	cc.secret = make([]byte, 4)
 	rand.Read(cc.secret)
-	be.Send(&pgproto3.AuthenticationOk{})
-	for k, v := range map[string]string{
-		"server_version": "15.0 (Retina)", "server_encoding": "UTF8", "client_encoding": "UTF8",
-		"DateStyle": "ISO, MDY", "TimeZone": "UTC", "integer_datetimes": "on",
-		"standard_conforming_strings": "on", "application_name": "",
-	} {
-		be.Send(&pgproto3.ParameterStatus{Name: k, Value: v})
+	cc.be.Send(&pgproto3.AuthenticationOk{})
+	for _, name := range reportedParameters {
+		v, _ := sess.Settings().Get(name)
+		cc.be.Send(&pgproto3.ParameterStatus{Name: name, Value: v})
 	}
-	be.Send(&pgproto3.BackendKeyData{ProcessID: cc.pid, SecretKey: cc.secret})
+	cc.be.Send(&pgproto3.BackendKeyData{ProcessID: cc.pid, SecretKey: cc.secret})
 	cc.ready()
-	if err := be.Flush(); err != nil {
+	if err := cc.be.Flush(); err != nil {
 		return
 	}
 	if err := cc.loop(ctx); err != nil && !errors.Is(err, io.EOF) && !s.closed.Load() {
@@ -192,26 +217,79 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 	}
 }
 
-// startup handles SSL negotiation and cancel requests; it returns true
-// for a regular session start.
-func (c *clientConn) startup() (bool, error) {
+// reportedParameters are sent at start-up as PostgreSQL sends them
+// (GUC_REPORT); drivers read server_version and integer_datetimes.
+var reportedParameters = []string{"application_name", "client_encoding", "DateStyle", "integer_datetimes",
+	"IntervalStyle", "is_superuser", "server_encoding", "server_version", "session_authorization",
+	"standard_conforming_strings", "TimeZone"}
+
+// admit checks TLS and the password before a session starts.
+func (c *clientConn) admit(user string) error {
+	if _, isTLS := c.net.(*tls.Conn); c.srv.opts.RequireTLS && !isTLS {
+		return errTLSRequired
+	}
+	if user == "" {
+		return fmt.Errorf("%w: no user name in the startup message", errProtocol)
+	}
+	return c.authenticate(user)
+}
+
+// applyStartupParameters sets what the client sent with its startup
+// message (application_name, DateStyle, …) as session settings. Drivers
+// send values Retina may not honour (a JVM's own TimeZone, say); those are
+// kept at Retina's default and logged, rather than refusing the client:
+// ParameterStatus then tells the driver the value in force.
+func (c *clientConn) applyStartupParameters(params map[string]string) {
+	c.sess.Settings().SetUser(params["user"])
+	for name, v := range params {
+		switch name {
+		case "user", "database", "replication", "options":
+			continue
+		}
+		if err := c.sess.Settings().SetDefault(name, v); err != nil {
+			c.srv.log.Debug("a startup parameter was not applied", "remote", c.net.RemoteAddr(), "parameter", name, "value", v, "err", err)
+		}
+	}
+}
+
+// startup handles TLS negotiation and cancel requests; it returns the
+// startup message of a regular session, or nil after a cancel request.
+func (c *clientConn) startup() (*pgproto3.StartupMessage, error) {
 	for {
 		msg, err := c.be.ReceiveStartupMessage()
 		if err != nil {
-			return false, err
+			return nil, err
 		}
 		switch m := msg.(type) {
-		case *pgproto3.SSLRequest, *pgproto3.GSSEncRequest:
+		case *pgproto3.SSLRequest:
+			if _, isTLS := c.net.(*tls.Conn); c.srv.opts.TLS == nil || isTLS {
+				if _, err := c.net.Write([]byte{'N'}); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			if _, err := c.net.Write([]byte{'S'}); err != nil {
+				return nil, err
+			}
+			tc := tls.Server(c.net, c.srv.opts.TLS)
+			c.net.SetDeadline(time.Now().Add(30 * time.Second))
+			if err := tc.Handshake(); err != nil {
+				return nil, fmt.Errorf("TLS handshake: %w", err)
+			}
+			c.net.SetDeadline(time.Time{})
+			c.net = tc
+			c.be = pgproto3.NewBackend(tc, tc)
+		case *pgproto3.GSSEncRequest:
 			if _, err := c.net.Write([]byte{'N'}); err != nil {
-				return false, err
+				return nil, err
 			}
 		case *pgproto3.CancelRequest:
 			c.srv.cancel(m.ProcessID, m.SecretKey)
-			return false, nil
+			return nil, nil
 		case *pgproto3.StartupMessage:
-			return true, nil
+			return m, nil
 		default:
-			return false, fmt.Errorf("unexpected startup message %T", msg)
+			return nil, fmt.Errorf("unexpected startup message %T", msg)
 		}
 	}
 }
@@ -589,6 +667,12 @@ func (c *clientConn) sendError(err error) {
 	c.be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: sqlState(err), Message: err.Error()})
 }
 
+// sendFatal reports an error that ends the connection.
+func (c *clientConn) sendFatal(err error) {
+	c.be.Send(&pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: sqlState(err), Message: err.Error()})
+	c.be.Flush()
+}
+
 // sqlState maps errors to PostgreSQL error codes.
 func sqlState(err error) string {
 	switch {
@@ -600,6 +684,10 @@ func sqlState(err error) string {
 		return "34000" // invalid_cursor_name
 	case errors.Is(err, errProtocol):
 		return "08P01" // protocol_violation
+	case errors.Is(err, errAuth):
+		return "28P01" // invalid_password
+	case errors.Is(err, errTLSRequired):
+		return "28000" // invalid_authorization_specification
 	}
 	return query.SQLState(err)
 }

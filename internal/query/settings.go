@@ -88,7 +88,9 @@ func params(idleInTxn time.Duration) []param {
 			}
 			return "", fmt.Errorf("bytea_output %q: Retina renders bytea in hex only", v)
 		}},
-		{name: "server_version", def: "15.0 (Retina)", readOnly: true},
+		{name: "server_version", def: ServerVersion, readOnly: true},
+		{name: "server_version_num", def: ServerVersionNum, readOnly: true},
+		{name: "session_authorization", def: "", readOnly: true},
 		{name: "server_encoding", def: "UTF8", readOnly: true},
 		{name: "integer_datetimes", def: "on", readOnly: true},
 		{name: "max_identifier_length", def: "63", readOnly: true},
@@ -100,13 +102,29 @@ func params(idleInTxn time.Duration) []param {
 
 // Settings are one session's parameter values.
 type Settings struct {
-	known  []param
-	values map[string]string // lower-case name → value; custom (dotted) names too
+	known    []param
+	values   map[string]string // lower-case name → value; custom (dotted) names too
+	defaults map[string]string // what the client's startup message set: RESET returns here
 }
 
 func newSettings(idleInTxn time.Duration) *Settings {
-	return &Settings{known: params(idleInTxn), values: map[string]string{}}
+	return &Settings{known: params(idleInTxn), values: map[string]string{}, defaults: map[string]string{}}
 }
+
+// SetDefault sets a parameter from the client's startup message: it holds
+// for the session and RESET returns to it, as in PostgreSQL.
+func (s *Settings) SetDefault(name, value string) error {
+	if err := s.Set(name, value); err != nil {
+		return err
+	}
+	key := strings.ToLower(name)
+	s.defaults[key] = s.values[key]
+	delete(s.values, key)
+	return nil
+}
+
+// SetUser records the session's user (session_authorization).
+func (s *Settings) SetUser(name string) { s.defaults["session_authorization"] = name }
 
 func (s *Settings) lookup(name string) (param, bool) {
 	i := slices.IndexFunc(s.known, func(p param) bool { return strings.EqualFold(p.name, name) })
@@ -127,6 +145,9 @@ func custom(name string) bool {
 func (s *Settings) Get(name string) (string, bool) {
 	key := strings.ToLower(name)
 	if v, ok := s.values[key]; ok {
+		return v, true
+	}
+	if v, ok := s.defaults[key]; ok {
 		return v, true
 	}
 	if p, ok := s.lookup(name); ok {
@@ -184,9 +205,14 @@ func (s *Settings) All() [][2]string {
 		v, _ := s.Get(p.name)
 		out = append(out, [2]string{p.name, v})
 	}
-	for k, v := range s.values {
-		if custom(k) {
-			out = append(out, [2]string{k, v})
+	seen := map[string]bool{}
+	for _, m := range []map[string]string{s.values, s.defaults} {
+		for k := range m {
+			if custom(k) && !seen[k] {
+				seen[k] = true
+				v, _ := s.Get(k)
+				out = append(out, [2]string{k, v})
+			}
 		}
 	}
 	slices.SortFunc(out, func(a, b [2]string) int { return strings.Compare(strings.ToLower(a[0]), strings.ToLower(b[0])) })

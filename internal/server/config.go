@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"fmt"
 	"math"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/cdc"
+	"github.com/retinadb/retina/internal/pgwire"
 	"github.com/retinadb/retina/internal/types"
 )
 
@@ -19,18 +21,26 @@ import (
 // increasing precedence: the defaults, one YAML file, RETINA_* environment
 // variables, and command-line flags.
 type Config struct {
-	DataDir      string   `yaml:"data"`
-	Lake         string   `yaml:"lake"`
-	Sources      []string `yaml:"sources"`
-	SourceEOF    string   `yaml:"source_eof"` // follow (default) or stop
-	SQLAddr      string   `yaml:"sql_addr"`
-	HTTPAddr     string   `yaml:"http_addr"`
-	LogFormat    string   `yaml:"log_format"` // text (default) or json
-	IndexBackend string   `yaml:"index"`      // memory (default) or pebble
-	Replayers    int      `yaml:"replayers"`
-	Buckets      int      `yaml:"buckets"`
-	BadInput     string   `yaml:"bad_input"`   // fail (default) or dead-letter
-	DeadLetter   string   `yaml:"dead_letter"` // file for dead-lettered messages and transactions
+	DataDir   string   `yaml:"data"`
+	Lake      string   `yaml:"lake"`
+	Sources   []string `yaml:"sources"`
+	SourceEOF string   `yaml:"source_eof"` // follow (default) or stop
+	SQLAddr   string   `yaml:"sql_addr"`
+	// SQLUsers may log in to the SQL endpoint with SCRAM-SHA-256 (none:
+	// no password is asked). RETINA_SQL_USER and RETINA_SQL_PASSWORD add one.
+	SQLUsers []SQLUser `yaml:"sql_users"`
+	// SQLTLSCert and SQLTLSKey are PEM files; with them TLS is offered, and
+	// with SQLTLSRequired clients without TLS are refused.
+	SQLTLSCert     string `yaml:"sql_tls_cert"`
+	SQLTLSKey      string `yaml:"sql_tls_key"`
+	SQLTLSRequired bool   `yaml:"sql_tls_required"`
+	HTTPAddr       string `yaml:"http_addr"`
+	LogFormat      string `yaml:"log_format"` // text (default) or json
+	IndexBackend   string `yaml:"index"`      // memory (default) or pebble
+	Replayers      int    `yaml:"replayers"`
+	Buckets        int    `yaml:"buckets"`
+	BadInput       string `yaml:"bad_input"`   // fail (default) or dead-letter
+	DeadLetter     string `yaml:"dead_letter"` // file for dead-lettered messages and transactions
 	// DecimalHandling is how messages without a Connect schema encode
 	// DECIMAL columns: precise (default), string or double, as Debezium's
 	// decimal.handling.mode.
@@ -66,6 +76,14 @@ type Config struct {
 	BlockCacheMiB int `yaml:"block_cache_mib"`
 	// Tables declared up front (for sources whose messages carry no schema).
 	Tables []TableDecl `yaml:"tables"`
+}
+
+// SQLUser is an account of the SQL endpoint. Password is the password
+// itself or PostgreSQL's stored form of it (SCRAM-SHA-256$…), so a config
+// file need not hold the password.
+type SQLUser struct {
+	Name     string `yaml:"name"`
+	Password string `yaml:"password"`
 }
 
 // TableDecl declares a table.
@@ -113,7 +131,7 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 		"RETINA_DATA": &c.DataDir, "RETINA_LAKE": &c.Lake, "RETINA_SOURCE_EOF": &c.SourceEOF,
 		"RETINA_SQL_ADDR": &c.SQLAddr, "RETINA_HTTP_ADDR": &c.HTTPAddr, "RETINA_LOG_FORMAT": &c.LogFormat,
 		"RETINA_INDEX": &c.IndexBackend, "RETINA_BAD_INPUT": &c.BadInput, "RETINA_DEAD_LETTER": &c.DeadLetter,
-		"RETINA_DECIMAL_HANDLING": &c.DecimalHandling,
+		"RETINA_DECIMAL_HANDLING": &c.DecimalHandling, "RETINA_SQL_TLS_CERT": &c.SQLTLSCert, "RETINA_SQL_TLS_KEY": &c.SQLTLSKey,
 	}
 	for k, p := range str {
 		if v := getenv(k); v != "" {
@@ -128,6 +146,19 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 			}
 			*p = n
 		}
+	}
+	if user, pw := getenv("RETINA_SQL_USER"), getenv("RETINA_SQL_PASSWORD"); user != "" || pw != "" {
+		if user == "" || pw == "" {
+			return fmt.Errorf("config: RETINA_SQL_USER and RETINA_SQL_PASSWORD go together")
+		}
+		c.SQLUsers = append(c.SQLUsers, SQLUser{Name: user, Password: pw})
+	}
+	if v := getenv("RETINA_SQL_TLS_REQUIRED"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("config: RETINA_SQL_TLS_REQUIRED=%q: want true or false", v)
+		}
+		c.SQLTLSRequired = b
 	}
 	if v := getenv("RETINA_SOURCE"); v != "" {
 		c.Sources = strings.Split(v, ",")
@@ -187,6 +218,15 @@ func (c *Config) Validate() error {
 	if c.IndexPurgeInterval < time.Second {
 		return fmt.Errorf("config: index_purge_interval %s: at least 1s", c.IndexPurgeInterval)
 	}
+	if (c.SQLTLSCert == "") != (c.SQLTLSKey == "") {
+		return fmt.Errorf("config: sql_tls_cert and sql_tls_key go together (a PEM certificate and its key)")
+	}
+	if c.SQLTLSRequired && c.SQLTLSCert == "" {
+		return fmt.Errorf("config: sql_tls_required needs sql_tls_cert and sql_tls_key")
+	}
+	if _, err := c.sqlUsers(); err != nil {
+		return fmt.Errorf("config: sql_users: %w", err)
+	}
 	if _, err := cdc.ParseDecimalMode(c.DecimalHandling); err != nil {
 		return fmt.Errorf("config: decimal_handling: %w", err)
 	}
@@ -208,4 +248,27 @@ func (t TableDecl) schema() (catalog.Schema, error) {
 		sc.Columns = append(sc.Columns, catalog.Column{Name: c.Name, Type: ty, Nullable: c.Nullable})
 	}
 	return sc, nil
+}
+
+// sqlUsers builds the SQL endpoint's accounts.
+func (c *Config) sqlUsers() (pgwire.Users, error) {
+	users := pgwire.Users{}
+	for _, u := range c.SQLUsers {
+		if err := users.AddUser(u.Name, u.Password); err != nil {
+			return nil, err
+		}
+	}
+	return users, nil
+}
+
+// sqlTLS loads the SQL endpoint's certificate, if one is configured.
+func (c *Config) sqlTLS() (*tls.Config, error) {
+	if c.SQLTLSCert == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.SQLTLSCert, c.SQLTLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("config: TLS certificate %s with key %s: %w", c.SQLTLSCert, c.SQLTLSKey, err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }

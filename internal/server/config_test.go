@@ -58,7 +58,12 @@ func TestConfigRejectsBadInput(t *testing.T) {
 		"dead_letter": func(c *Config) {
 			c.BadInput = "dead-letter"
 		},
-		"replayers": func(c *Config) { c.Replayers = 0 },
+		"replayers":           func(c *Config) { c.Replayers = 0 },
+		"sql_tls_key missing": func(c *Config) { c.SQLTLSCert = "cert.pem" },
+		"sql_tls_required":    func(c *Config) { c.SQLTLSRequired = true },
+		"sql_users empty":     func(c *Config) { c.SQLUsers = []SQLUser{{Name: "alice"}} },
+		"sql_users twice":     func(c *Config) { c.SQLUsers = []SQLUser{{"a", "x"}, {"a", "y"}} },
+		"sql_users verifier":  func(c *Config) { c.SQLUsers = []SQLUser{{"a", "SCRAM-SHA-256$4096:xx"}} },
 		"column type": func(c *Config) {
 			c.Tables = []TableDecl{{Name: "t", PrimaryKey: []string{"id"}, Columns: []ColumnDecl{{Name: "id", Type: "integer128"}}}}
 		},
@@ -77,5 +82,14 @@ func TestConfigRejectsBadInput(t *testing.T) {
 		return ""
 	}); err == nil {
 		t.Error("RETINA_REPLAYERS=two accepted")
+	}
+	c = DefaultConfig()
+	if err := c.ApplyEnv(func(k string) string { return map[string]string{"RETINA_SQL_USER": "alice"}[k] }); err == nil {
+		t.Error("RETINA_SQL_USER without RETINA_SQL_PASSWORD accepted")
+	}
+	c = DefaultConfig()
+	env := map[string]string{"RETINA_SQL_USER": "alice", "RETINA_SQL_PASSWORD": "pw", "RETINA_SQL_TLS_REQUIRED": "true"}
+	if err := c.ApplyEnv(func(k string) string { return env[k] }); err != nil || len(c.SQLUsers) != 1 || !c.SQLTLSRequired {
+		t.Errorf("SQL user from the environment: %v %+v", err, c.SQLUsers)
 	}
 }

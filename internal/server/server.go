@@ -143,7 +143,15 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 		}
 	}
 	waiter.s.Store(s)
-	if s.pg, err = pgwire.Listen(cfg.SQLAddr, node.Engine, log); err != nil {
+	users, err := cfg.sqlUsers()
+	if err != nil {
+		return nil, err
+	}
+	tlsCfg, err := cfg.sqlTLS()
+	if err != nil {
+		return nil, err
+	}
+	if s.pg, err = pgwire.Listen(cfg.SQLAddr, node.Engine, pgwire.Options{Users: users, TLS: tlsCfg, RequireTLS: cfg.SQLTLSRequired, Logger: log}); err != nil {
 		return nil, err
 	}
 	if s.httpL, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
