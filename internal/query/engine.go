@@ -92,7 +92,20 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	if cfg.MemoryLimit != "" {
 		dsn += "&memory_limit=" + cfg.MemoryLimit
 	}
-	connector, err := duckdb.NewConnector(dsn, nil)
+	connector, err := duckdb.NewConnector(dsn, func(c driver.ExecerContext) error {
+		// Every connection works in database retina, schema public, as a
+		// PostgreSQL client expects (current_database(), current_schema()).
+		for _, q := range []string{
+			"ATTACH IF NOT EXISTS ':memory:' AS " + dbName,
+			"CREATE SCHEMA IF NOT EXISTS " + dbName + "." + userSchema,
+			"USE " + dbName + "." + userSchema,
+		} {
+			if _, err := c.ExecContext(context.Background(), q, nil); err != nil {
+				return fmt.Errorf("query: %s: %w", q, err)
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("query: start DuckDB: %w", err)
 	}
@@ -102,6 +115,10 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	if err := e.register(); err != nil {
+		e.Close()
+		return nil, err
+	}
+	if err := createCatalogs(ctx, e.admin); err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -156,10 +173,19 @@ func (e *Engine) register() error {
 			return fmt.Errorf("query: register %s: %w", name, err)
 		}
 	}
+	for name, f := range sessionFunctions {
+		if err := duckdb.RegisterScalarUDF(e.admin, name, f); err != nil {
+			return fmt.Errorf("query: register %s: %w", name, err)
+		}
+	}
+	if err := duckdb.RegisterTableUDF(e.admin, "retina_settings", settingsFunction()); err != nil {
+		return fmt.Errorf("query: register retina_settings: %w", err)
+	}
 	return nil
 }
 
-// syncViews makes one view per catalog table: SELECT * FROM retina_scan(name).
+// syncViews makes one view per catalog table, SELECT * FROM
+// retina_scan(name), and describes the tables in the PostgreSQL catalogs.
 func (e *Engine) syncViews(ctx context.Context) error {
 	snap := e.cfg.Catalog.Snapshot()
 	e.viewsMu.Lock()
@@ -182,6 +208,9 @@ func (e *Engine) syncViews(ctx context.Context) error {
 				return err
 			}
 		}
+	}
+	if err := fillCatalogs(ctx, e.admin, snap.Tables()); err != nil {
+		return err
 	}
 	e.views, e.viewsAt = want, snap.Version()
 	return nil

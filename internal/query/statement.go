@@ -34,6 +34,7 @@ type Statement struct {
 	Columns []Column // nil: the statement returns no rows
 
 	sess    *Session
+	plan    string // the SQL DuckDB plans: Text with catalog references rewritten
 	kind    stmtKind
 	setting settingStmt
 	wait    waitCall
@@ -90,10 +91,19 @@ func (s *Session) Prepare(ctx context.Context, text string) (*Statement, error) 
 			return st, nil
 		}
 	}
+	if len(SplitStatements(text)) > 1 {
+		return nil, &Error{Code: "42601", Err: fmt.Errorf("cannot insert multiple commands into a prepared statement")}
+	}
 	if err := s.e.syncViews(ctx); err != nil {
 		return nil, err
 	}
-	duck, err := s.prepareDuck(ctx, text)
+	ctx = withSettings(ctx, s.settings)
+	p, err := s.parse(ctx, text)
+	if err != nil {
+		return nil, err
+	}
+	st.plan = p.text
+	duck, err := s.prepareDuck(ctx, st.plan)
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +111,13 @@ func (s *Session) Prepare(ctx context.Context, text string) (*Statement, error) 
 	if err := st.describe(); err != nil {
 		duck.Close()
 		return nil, err
+	}
+	if p.stmt != nil {
+		for i, name := range pgColumnNames(p.stmt, text, len(st.Columns)) {
+			if name != "" {
+				st.Columns[i].Name = name
+			}
+		}
 	}
 	return st, nil
 }
@@ -208,13 +225,13 @@ func (s *Session) Execute(ctx context.Context, st *Statement, args []any) (*Resu
 	// runs this time on a plan of its own.
 	duck, own := st.duck, false
 	if st.busy {
-		if duck, err = s.prepareDuck(ctx, st.Text); err != nil {
+		if duck, err = s.prepareDuck(withSettings(ctx, s.settings), st.plan); err != nil {
 			end()
 			return nil, err
 		}
 		own = true
 	}
-	rows, err := duck.QueryContext(withView(ctx, view), named)
+	rows, err := duck.QueryContext(withSettings(withView(ctx, view), s.settings), named)
 	if err != nil {
 		if own {
 			duck.Close()

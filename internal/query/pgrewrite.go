@@ -1,0 +1,251 @@
+package query
+
+import (
+	"bytes"
+	"context"
+	"database/sql/driver"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// A SELECT is parsed by DuckDB (json_serialize_sql) before it is planned,
+// for two things PostgreSQL clients expect:
+//   - references to pg_catalog and information_schema, and calls of the
+//     PostgreSQL functions Retina provides, go to Retina's catalogs
+//     (pgcatalog.go); casts to PostgreSQL's catalog types (regclass, oid, …)
+//     become lookups; COLLATE pg_catalog.default goes. The tree is turned
+//     back into SQL by DuckDB (json_deserialize_sql).
+//   - result columns get PostgreSQL's names (pgnames.go).
+//
+// Statements other than SELECT (EXPLAIN, SHOW, …) are planned as written.
+
+// parsed is a statement as DuckDB parsed it.
+type parsed struct {
+	stmt map[string]any // the one statement's tree; nil if DuckDB could not serialize it
+	text string         // SQL to plan: the rewritten tree, or the original text
+}
+
+// parse serializes text's tree, rewrites it where needed and returns the
+// SQL to plan.
+func (s *Session) parse(ctx context.Context, text string) (parsed, error) {
+	out := parsed{text: text}
+	raw, err := s.scalarString(ctx, "SELECT json_serialize_sql($1::VARCHAR)", text)
+	if err != nil {
+		return out, err
+	}
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.UseNumber() // keeps 64-bit locations exact
+	var doc map[string]any
+	if err := dec.Decode(&doc); err != nil {
+		return out, fmt.Errorf("query: parse tree of %q: %w", text, err)
+	}
+	if b, _ := doc["error"].(bool); b {
+		return out, nil // not a SELECT: planned as written
+	}
+	stmts := arr(doc["statements"])
+	if len(stmts) != 1 {
+		return out, nil
+	}
+	out.stmt = obj(stmts[0])
+	if !rewriteCatalogRefs(out.stmt) {
+		return out, nil
+	}
+	clampLocations(doc)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(doc); err != nil {
+		return out, err
+	}
+	sql, err := s.scalarString(ctx, "SELECT json_deserialize_sql($1::JSON)", buf.String())
+	if err != nil {
+		return out, fmt.Errorf("query: rewriting %q for Retina's catalogs: %w", text, err)
+	}
+	out.text = sql
+	return out, nil
+}
+
+// scalarString runs a one-value query on the session's connection.
+func (s *Session) scalarString(ctx context.Context, q string, arg string) (string, error) {
+	rows, err := s.conn.QueryContext(ctx, q, []driver.NamedValue{{Ordinal: 1, Value: arg}})
+	if err != nil {
+		return "", engineError(err)
+	}
+	defer rows.Close()
+	dst := make([]driver.Value, 1)
+	if err := rows.Next(dst); err != nil {
+		if err == io.EOF {
+			return "", fmt.Errorf("query: %s returned no row", q)
+		}
+		return "", engineError(err)
+	}
+	switch v := dst[0].(type) {
+	case string:
+		return v, nil
+	case []byte:
+		return string(v), nil
+	case map[string]any, []any: // a JSON value the driver decoded
+		b, err := json.Marshal(v)
+		return string(b), err
+	}
+	return fmt.Sprint(dst[0]), nil
+}
+
+// rewriteCatalogRefs points catalog references of a tree at Retina's
+// catalogs; it reports whether anything changed.
+func rewriteCatalogRefs(n any) bool {
+	changed := false
+	var walk func(v any) any
+	walk = func(v any) any {
+		switch x := v.(type) {
+		case []any:
+			for i := range x {
+				x[i] = walk(x[i])
+			}
+			return x
+		case map[string]any:
+			if r, ok := rewriteNode(x); ok {
+				changed = true
+				x = r
+			}
+			for k, child := range x {
+				x[k] = walk(child)
+			}
+			return x
+		}
+		return v
+	}
+	walk(n)
+	return changed
+}
+
+// rewriteNode rewrites one node, or reports it unchanged.
+func rewriteNode(x map[string]any) (map[string]any, bool) {
+	switch {
+	case str(x["type"]) == "BASE_TABLE":
+		schema, table := strings.ToLower(str(x["schema_name"])), strings.ToLower(str(x["table_name"]))
+		target := ""
+		switch {
+		case schema == "pg_catalog" && catalogTables[catalogSchema][table]:
+			target = catalogSchema
+		case schema == "information_schema" && catalogTables[infoSchema][table]:
+			target = infoSchema
+		case schema == "" && str(x["catalog_name"]) == "" && strings.HasPrefix(table, "pg_") && catalogTables[catalogSchema][table]:
+			target = catalogSchema // pg_catalog is always on PostgreSQL's search path
+		}
+		if target == "" {
+			return nil, false
+		}
+		x["catalog_name"], x["schema_name"], x["table_name"] = dbName, target, table
+		x["qualified_name"] = map[string]any{"path": []any{dbName, target, table}}
+		return x, true
+	case str(x["class"]) == "FUNCTION" || str(x["class"]) == "WINDOW":
+		schema, name := strings.ToLower(str(x["schema"])), strings.ToLower(str(x["function_name"]))
+		if b, _ := x["is_operator"].(bool); b {
+			if schema == "pg_catalog" {
+				x["schema"] = ""
+				return x, true
+			}
+			return nil, false
+		}
+		switch {
+		case (schema == "pg_catalog" || schema == "") && pgFunctionNames[name]:
+			x["catalog"], x["schema"], x["function_name"] = dbName, catalogSchema, name
+			x["qualified_name"] = map[string]any{"path": []any{dbName, catalogSchema, name}}
+			return x, true
+		case schema == "pg_catalog":
+			x["schema"] = "" // a DuckDB built-in of that name
+			x["qualified_name"] = map[string]any{"path": []any{name}}
+			return x, true
+		}
+	case str(x["class"]) == "COLUMN_REF":
+		// CURRENT_USER and its kin are keywords in PostgreSQL; DuckDB's
+		// parser leaves them as column names.
+		names := arr(x["column_names"])
+		if len(names) != 1 {
+			return nil, false
+		}
+		switch name := strings.ToLower(str(names[0])); name {
+		case "current_user", "session_user", "current_role":
+			c := call(name, nil)
+			c["arguments"] = []any{}
+			c["alias"] = name
+			return c, true
+		}
+	case str(x["class"]) == "CAST":
+		switch name := strings.ToLower(str(obj(x["type_expr"])["type_name"])); name {
+		case "regclass", "regtype", "regnamespace", "regproc", "regprocedure":
+			if name == "regprocedure" {
+				name = "regproc"
+			}
+			return call(name, x["child"]), true
+		}
+	case str(x["class"]) == "TYPE":
+		name, schema := strings.ToLower(str(x["type_name"])), strings.ToLower(str(x["schema"]))
+		switch name {
+		case "oid", "xid", "cid", "tid", "regclass", "regtype", "regnamespace", "regproc", "regprocedure", "regrole":
+			setType(x, "BIGINT") // PostgreSQL's catalog types are numbers here
+			return x, true
+		case "name", "char", "bpchar", "int2vector", "oidvector", "pg_node_tree", "aclitem":
+			setType(x, "VARCHAR")
+			return x, true
+		}
+		if schema == "pg_catalog" {
+			setType(x, name)
+			return x, true
+		}
+	case str(x["class"]) == "COLLATE":
+		// Retina compares strings one way; PostgreSQL's default collation
+		// names that way (and C and POSIX are byte order as well).
+		c := strings.ToLower(strings.Trim(str(x["collation"]), `"`))
+		if c == "pg_catalog.default" || c == "default" || c == "c" || c == "posix" || c == `pg_catalog."c"` || c == "pg_catalog.c" {
+			if child := obj(x["child"]); child != nil {
+				if alias := str(x["alias"]); alias != "" {
+					child["alias"] = alias
+				}
+				return child, true
+			}
+		}
+	}
+	return nil, false
+}
+
+// clampLocations sets the "no location" marker (2^64 − 1), which DuckDB
+// writes but does not read back as a number, to 0.
+func clampLocations(v any) {
+	switch x := v.(type) {
+	case []any:
+		for _, c := range x {
+			clampLocations(c)
+		}
+	case map[string]any:
+		for k, c := range x {
+			if n, ok := c.(json.Number); ok {
+				if _, err := n.Int64(); err != nil {
+					x[k] = json.Number("0")
+				}
+				continue
+			}
+			clampLocations(c)
+		}
+	}
+}
+
+// call makes a call of a catalog function of one argument.
+func call(name string, arg any) map[string]any {
+	return map[string]any{
+		"class": "FUNCTION", "type": "FUNCTION", "alias": "", "query_location": json.Number("0"),
+		"function_name": name, "schema": catalogSchema, "catalog": dbName,
+		"qualified_name": map[string]any{"path": []any{dbName, catalogSchema, name}},
+		"arguments":      []any{map[string]any{"name": "", "expression": arg}},
+		"distinct":       false, "is_operator": false, "export_state": false, "filter": nil,
+		"order_bys": map[string]any{"type": "ORDER_MODIFIER", "orders": []any{}},
+	}
+}
+
+func setType(t map[string]any, name string) {
+	t["type_name"], t["schema"], t["catalog"] = name, "", ""
+	t["qualified_name"] = map[string]any{"path": []any{name}}
+}
