@@ -468,11 +468,48 @@ func (c *clientConn) simpleStatement(ctx context.Context, text string) error {
 	}
 	defer c.clearRunning(cancel)
 	defer res.Close()
+	if st.Copy != nil {
+		return c.sendCopy(res, *st.Copy)
+	}
 	if res.Columns != nil {
 		c.be.Send(rowDescription(res.Columns, nil))
 	}
 	_, err = c.sendRows(res, nil, 0)
 	return err
+}
+
+// sendCopy streams a result as COPY … TO STDOUT does: CopyOutResponse,
+// one CopyData per row, CopyDone, and the tag COPY n.
+func (c *clientConn) sendCopy(res *query.Result, out query.CopyOut) error {
+	c.be.Send(&pgproto3.CopyOutResponse{OverallFormat: 0, ColumnFormatCodes: make([]uint16, len(res.Columns))})
+	vals := make([][]byte, len(res.Columns))
+	var line []byte
+	if out.Header {
+		for i, col := range res.Columns {
+			vals[i] = []byte(col.Name)
+		}
+		line = out.AppendCopyRow(line[:0], vals)
+		c.be.Send(&pgproto3.CopyData{Data: line})
+	}
+	n := 0
+	for res.Next() {
+		row, err := res.Values()
+		if err != nil {
+			return err
+		}
+		for i, v := range row {
+			vals[i] = encodeText(v, oidOf(res.Columns[i].Type))
+		}
+		line = out.AppendCopyRow(nil, vals)
+		c.be.Send(&pgproto3.CopyData{Data: line})
+		n++
+	}
+	if err := res.Err(); err != nil {
+		return err
+	}
+	c.be.Send(&pgproto3.CopyDone{})
+	c.be.Send(&pgproto3.CommandComplete{CommandTag: fmt.Appendf(nil, "COPY %d", n)})
+	return nil
 }
 
 // sendRows streams up to max rows of a result (all for 0) and, when the
@@ -654,6 +691,11 @@ func (c *clientConn) execute(ctx context.Context, m *pgproto3.Execute) error {
 		}
 		c.clearRunning(cancel)
 		pt.res = res
+	}
+	if pt.stmt.stmt.Copy != nil {
+		err := c.sendCopy(pt.res, *pt.stmt.stmt.Copy)
+		pt.close()
+		return err
 	}
 	more, err := c.sendRows(pt.res, pt.formats, int(m.MaxRows))
 	if err != nil || !more {

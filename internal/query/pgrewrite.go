@@ -35,11 +35,18 @@ func (s *Session) parse(ctx context.Context, text string) (parsed, error) {
 	if err != nil {
 		return out, err
 	}
-	dec := json.NewDecoder(strings.NewReader(raw))
-	dec.UseNumber() // keeps 64-bit locations exact
-	var doc map[string]any
-	if err := dec.Decode(&doc); err != nil {
-		return out, fmt.Errorf("query: parse tree of %q: %w", text, err)
+	decode := func() (map[string]any, error) {
+		dec := json.NewDecoder(strings.NewReader(raw))
+		dec.UseNumber() // keeps 64-bit locations exact
+		var doc map[string]any
+		if err := dec.Decode(&doc); err != nil {
+			return nil, fmt.Errorf("query: parse tree of %q: %w", text, err)
+		}
+		return doc, nil
+	}
+	doc, err := decode()
+	if err != nil {
+		return out, err
 	}
 	if b, _ := doc["error"].(bool); b {
 		return out, nil // not a SELECT: planned as written
@@ -49,7 +56,12 @@ func (s *Session) parse(ctx context.Context, text string) (parsed, error) {
 		return out, nil
 	}
 	out.stmt = obj(stmts[0])
-	if !rewriteCatalogRefs(out.stmt) {
+	// The rewrite works on a second copy: columns are named by what the
+	// client wrote.
+	if doc, err = decode(); err != nil {
+		return out, err
+	}
+	if !rewriteCatalogRefs(obj(arr(doc["statements"])[0]), text) {
 		return out, nil
 	}
 	clampLocations(doc)
@@ -94,8 +106,9 @@ func (s *Session) scalarString(ctx context.Context, q string, arg string) (strin
 }
 
 // rewriteCatalogRefs points catalog references of a tree at Retina's
-// catalogs; it reports whether anything changed.
-func rewriteCatalogRefs(n any) bool {
+// catalogs; it reports whether anything changed. text is the statement the
+// tree was parsed from.
+func rewriteCatalogRefs(n any, text string) bool {
 	changed := false
 	var walk func(v any) any
 	walk = func(v any) any {
@@ -106,7 +119,7 @@ func rewriteCatalogRefs(n any) bool {
 			}
 			return x
 		case map[string]any:
-			if r, ok := rewriteNode(x); ok {
+			if r, ok := rewriteNode(x, text); ok {
 				changed = true
 				x = r
 			}
@@ -122,7 +135,7 @@ func rewriteCatalogRefs(n any) bool {
 }
 
 // rewriteNode rewrites one node, or reports it unchanged.
-func rewriteNode(x map[string]any) (map[string]any, bool) {
+func rewriteNode(x map[string]any, text string) (map[string]any, bool) {
 	switch {
 	case str(x["type"]) == "BASE_TABLE":
 		schema, table := strings.ToLower(str(x["schema_name"])), strings.ToLower(str(x["table_name"]))
@@ -150,6 +163,9 @@ func rewriteNode(x map[string]any) (map[string]any, bool) {
 			}
 			return nil, false
 		}
+		if name == "date_part" && schema == "" && functionName(x, text) == "extract" {
+			return rewriteExtract(x)
+		}
 		switch {
 		case (schema == "pg_catalog" || schema == "") && pgFunctionNames[name]:
 			x["catalog"], x["schema"], x["function_name"] = dbName, catalogSchema, name
@@ -175,7 +191,18 @@ func rewriteNode(x map[string]any) (map[string]any, bool) {
 			return c, true
 		}
 	case str(x["class"]) == "CAST":
+		child := obj(x["child"])
 		switch name := strings.ToLower(str(obj(x["type_expr"])["type_name"])); name {
+		case "bytea", "blob":
+			// '\x0aff'::bytea is PostgreSQL's hex form; DuckDB would read
+			// \x0a as an escape and the rest as text.
+			lit := obj(child["literal"])
+			if v := str(lit["text"]); str(child["class"]) == "CONSTANT" && str(lit["kind"]) == "STRING" && strings.HasPrefix(v, `\x`) {
+				lit["text"] = v[2:]
+				c := callIn("", "unhex", child)
+				c["alias"] = x["alias"]
+				return c, true
+			}
 		case "regclass", "regtype", "regnamespace", "regproc", "regprocedure":
 			if name == "regprocedure" {
 				name = "regproc"
@@ -233,12 +260,50 @@ func clampLocations(v any) {
 	}
 }
 
+// rewriteExtract gives EXTRACT PostgreSQL's result type, numeric: whole
+// for most fields, with six decimals for second and epoch, three for
+// milliseconds.
+func rewriteExtract(x map[string]any) (map[string]any, bool) {
+	args := arr(x["arguments"])
+	if len(args) != 2 {
+		return nil, false
+	}
+	field := obj(obj(args[0])["expression"])
+	if str(field["class"]) != "CONSTANT" {
+		return nil, false
+	}
+	name := "pg_extract_int"
+	keep := args
+	switch strings.ToLower(str(obj(field["literal"])["text"])) {
+	case "second", "seconds":
+		name, keep = "pg_extract_second", args[1:]
+	case "millisecond", "milliseconds":
+		name, keep = "pg_extract_milliseconds", args[1:]
+	case "epoch":
+		name, keep = "pg_extract_epoch", args[1:]
+	}
+	x["function_name"], x["schema"], x["catalog"], x["arguments"] = name, catalogSchema, dbName, keep
+	x["qualified_name"] = map[string]any{"path": []any{dbName, catalogSchema, name}}
+	if str(x["alias"]) == "" {
+		x["alias"] = "extract"
+	}
+	return x, true
+}
+
 // call makes a call of a catalog function of one argument.
-func call(name string, arg any) map[string]any {
+func call(name string, arg any) map[string]any { return callIn(catalogSchema, name, arg) }
+
+// callIn makes a call of a function of one argument in schema ("" for
+// DuckDB's built-ins).
+func callIn(schema, name string, arg any) map[string]any {
+	catalog, path := "", []any{name}
+	if schema != "" {
+		catalog, path = dbName, []any{dbName, schema, name}
+	}
 	return map[string]any{
 		"class": "FUNCTION", "type": "FUNCTION", "alias": "", "query_location": json.Number("0"),
-		"function_name": name, "schema": catalogSchema, "catalog": dbName,
-		"qualified_name": map[string]any{"path": []any{dbName, catalogSchema, name}},
+		"function_name": name, "schema": schema, "catalog": catalog,
+		"qualified_name": map[string]any{"path": path},
 		"arguments":      []any{map[string]any{"name": "", "expression": arg}},
 		"distinct":       false, "is_operator": false, "export_state": false, "filter": nil,
 		"order_bys": map[string]any{"type": "ORDER_MODIFIER", "orders": []any{}},

@@ -32,6 +32,8 @@ type Statement struct {
 	Text    string
 	Params  []Type   // $1, $2, …
 	Columns []Column // nil: the statement returns no rows
+	// Copy is set for COPY … TO STDOUT: the rows go out in its format.
+	Copy *CopyOut
 
 	sess    *Session
 	plan    string // the SQL DuckDB plans: Text with catalog references rewritten
@@ -84,6 +86,23 @@ func (s *Session) Prepare(ctx context.Context, text string) (*Statement, error) 
 			st.kind, st.setting = stmtSetting, set
 			st.Columns = s.settingColumns(set)
 			return st, nil
+		}
+	case "COPY":
+		q, out, ok, err := parseCopy(text)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			inner, err := s.Prepare(ctx, q)
+			if err != nil {
+				return nil, err
+			}
+			if inner.kind != stmtQuery {
+				inner.Close()
+				return nil, errCopy("only a query can be copied out")
+			}
+			inner.Text, inner.Copy = text, &out
+			return inner, nil
 		}
 	case "SELECT":
 		if w, ok := parseWait(text); ok {
