@@ -550,7 +550,7 @@ func (c *clientConn) sendRows(res *query.Result, formats []int16, max int) (more
 		return false, err
 	}
 	tag := []byte(res.Tag)
-	if res.Tag == "SELECT" { // PostgreSQL counts rows for SELECT, not for SHOW
+	if res.Tag == "SELECT" || res.Tag == "FETCH" { // PostgreSQL counts rows for these, not for SHOW
 		tag = fmt.Appendf(nil, "%s %d", res.Tag, res.Rows())
 	}
 	c.be.Send(&pgproto3.CommandComplete{CommandTag: tag})

@@ -245,6 +245,7 @@ type Session struct {
 	conn     *duckdb.Conn
 	tx       *readView // the snapshot between BEGIN and COMMIT
 	settings *Settings
+	cursors  map[string]*cursor // DECLAREd and not yet closed
 }
 
 // NewSession opens a session.
@@ -269,6 +270,7 @@ func (s *Session) InTransaction() bool { return s.tx != nil }
 
 // Close ends the session and any snapshot it holds.
 func (s *Session) Close() error {
+	s.closeCursors()
 	if s.tx != nil {
 		s.e.endView(context.Background(), s.tx)
 		s.tx = nil

@@ -314,6 +314,23 @@ var pgFunctions = []string{
 	`current_role() AS retina_session_user()`,
 }
 
+// infoFunctions are information_schema's helper functions drivers call
+// (pgjdbc's getPrimaryKeys: _pg_expandarray(a) gives each element x of an
+// array with its position n, one row each).
+var infoFunctions = []string{
+	`_pg_expandarray(a) AS unnest(list_transform(generate_series(1, len(a)), lambda i: {'x': a[i], 'n': i}))`,
+}
+
+// infoFunctionNames are the names infoFunctions define.
+var infoFunctionNames = func() map[string]bool {
+	out := map[string]bool{}
+	for _, f := range infoFunctions {
+		name, _, _ := strings.Cut(f, "(")
+		out[name] = true
+	}
+	return out
+}()
+
 // pgFunctionNames are the names pgFunctions define.
 var pgFunctionNames = func() map[string]bool {
 	out := map[string]bool{}
@@ -334,6 +351,11 @@ func createCatalogs(ctx context.Context, c *sql.Conn) error {
 	for _, f := range pgFunctions {
 		if _, err := c.ExecContext(ctx, "CREATE MACRO "+catalogSchema+"."+f); err != nil {
 			return fmt.Errorf("query: PostgreSQL function %.40s…: %w", f, err)
+		}
+	}
+	for _, f := range infoFunctions {
+		if _, err := c.ExecContext(ctx, "CREATE MACRO "+infoSchema+"."+f); err != nil {
+			return fmt.Errorf("query: information_schema function %.40s…: %w", f, err)
 		}
 	}
 	cs := catalogSchema

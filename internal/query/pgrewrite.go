@@ -167,6 +167,10 @@ func rewriteNode(x map[string]any, text string) (map[string]any, bool) {
 			return rewriteExtract(x)
 		}
 		switch {
+		case schema == "information_schema" && infoFunctionNames[name]:
+			x["catalog"], x["schema"], x["function_name"] = dbName, infoSchema, name
+			x["qualified_name"] = map[string]any{"path": []any{dbName, infoSchema, name}}
+			return x, true
 		case (schema == "pg_catalog" || schema == "") && pgFunctionNames[name]:
 			x["catalog"], x["schema"], x["function_name"] = dbName, catalogSchema, name
 			x["qualified_name"] = map[string]any{"path": []any{dbName, catalogSchema, name}}

@@ -15,13 +15,16 @@ import (
 type stmtKind uint8
 
 const (
-	stmtQuery    stmtKind = iota // runs in DuckDB at a snapshot
-	stmtEmpty                    // nothing but blanks and comments
-	stmtBegin                    // BEGIN, START TRANSACTION
-	stmtCommit                   // COMMIT, END
-	stmtRollback                 // ROLLBACK, ABORT
-	stmtSetting                  // SET, RESET, SHOW of a parameter
-	stmtWait                     // SELECT retina_wait_lsn(…)
+	stmtQuery       stmtKind = iota // runs in DuckDB at a snapshot
+	stmtEmpty                       // nothing but blanks and comments
+	stmtBegin                       // BEGIN, START TRANSACTION
+	stmtCommit                      // COMMIT, END
+	stmtRollback                    // ROLLBACK, ABORT
+	stmtSetting                     // SET, RESET, SHOW of a parameter
+	stmtWait                        // SELECT retina_wait_lsn(…)
+	stmtDeclare                     // DECLARE name CURSOR FOR query
+	stmtFetch                       // FETCH or MOVE
+	stmtCloseCursor                 // CLOSE name
 )
 
 // Statement is one prepared statement, described in engine-neutral terms:
@@ -40,8 +43,12 @@ type Statement struct {
 	kind    stmtKind
 	setting settingStmt
 	wait    waitCall
-	duck    *duckdb.Stmt
-	busy    bool // duck's result is still open
+	// DECLARE, FETCH and CLOSE: the cursor, the declared query, the fetch.
+	cursor    string
+	innerText string
+	fetch     fetchCall
+	duck      *duckdb.Stmt
+	busy      bool // duck's result is still open
 }
 
 // Empty reports a statement of nothing but blanks and comments.
@@ -103,6 +110,40 @@ func (s *Session) Prepare(ctx context.Context, text string) (*Statement, error) 
 			}
 			inner.Text, inner.Copy = text, &out
 			return inner, nil
+		}
+	case "DECLARE":
+		if m := declareStmt.FindStringSubmatch(text); m != nil {
+			if strings.EqualFold(m[3], "with") {
+				return nil, &Error{Code: "0A000", Err: fmt.Errorf("DECLARE … WITH HOLD: a cursor ends with its transaction here, as its snapshot does")}
+			}
+			inner, err := s.Prepare(ctx, m[4])
+			if err != nil {
+				return nil, err
+			}
+			inner.Close()
+			st.kind, st.cursor, st.innerText, st.Params = stmtDeclare, cursorName(m[1]), m[4], inner.Params
+			return st, nil
+		}
+	case "FETCH", "MOVE":
+		f, ok, err := parseFetch(text)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			c, open := s.cursors[f.name]
+			if !open {
+				return nil, &Error{Code: "34000", Err: fmt.Errorf("cursor %q does not exist", f.name)}
+			}
+			st.kind, st.fetch = stmtFetch, f
+			if !f.move {
+				st.Columns = c.res.Columns
+			}
+			return st, nil
+		}
+	case "CLOSE":
+		if m := closeStmt.FindStringSubmatch(text); m != nil {
+			st.kind, st.cursor = stmtCloseCursor, cursorName(m[1])
+			return st, nil
 		}
 	case "SELECT":
 		if w, ok := parseWait(text); ok {
@@ -209,7 +250,14 @@ func (s *Session) Execute(ctx context.Context, st *Statement, args []any) (*Resu
 			s.tx = v
 		}
 		return &Result{Tag: "BEGIN"}, nil
+	case stmtDeclare:
+		return s.declare(ctx, st, args)
+	case stmtFetch:
+		return s.fetch(st.fetch)
+	case stmtCloseCursor:
+		return s.closeCursor(st.cursor)
 	case stmtCommit, stmtRollback:
+		s.closeCursors() // a cursor lives no longer than its transaction
 		if s.tx != nil {
 			err := s.e.endView(ctx, s.tx)
 			s.tx = nil
