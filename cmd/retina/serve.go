@@ -79,6 +79,7 @@ exactly where it stopped.`,
 	f.DurationVar(&c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "how often a replay checkpoint is taken; a crash redoes what came after the last one from the sources")
 	f.DurationVar(&c.IndexPurgeInterval, "index-purge-interval", c.IndexPurgeInterval, "how often the index drops the versions no running query can see")
 	f.DurationVar(&c.IdleInTransactionTimeout, "idle-in-transaction-session-timeout", c.IdleInTransactionTimeout, "end SQL sessions idle inside a transaction this long (SQLSTATE 25P03; 0: no limit)")
+	f.DurationVar(&c.QueryHistory, "query-history", c.QueryHistory, "how far back SQL sessions can read with SET retina.as_of; GC keeps what that needs (0: no time travel)")
 	f.IntVar(&c.BlockCacheMiB, "block-cache-mib", c.BlockCacheMiB, "MiB of flushed write-buffer blocks kept decoded in memory for scans (0: off)")
 	f.DurationVar(&c.VisibilityCheckpointAfter, "visibility-checkpoint-after", c.VisibilityCheckpointAfter, "checkpoint the visibility of queries and read transactions this old so they stop holding back GC (0: never)")
 	f.DurationVar(&c.StorageGCInterval, "storage-gc-interval", c.StorageGCInterval, "how often storage GC looks for files to rewrite (0: off)")
@@ -122,6 +123,7 @@ func applyChangedFlags(fs *pflag.FlagSet, cfg *server.Config, from server.Config
 		"storage-gc-interval":                 func() { cfg.StorageGCInterval = from.StorageGCInterval },
 		"visibility-checkpoint-after":         func() { cfg.VisibilityCheckpointAfter = from.VisibilityCheckpointAfter },
 		"block-cache-mib":                     func() { cfg.BlockCacheMiB = from.BlockCacheMiB },
+		"query-history":                       func() { cfg.QueryHistory = from.QueryHistory },
 		"storage-gc-stale-share":              func() { cfg.StorageGCStaleShare = from.StorageGCStaleShare },
 	}
 	fs.Visit(func(f *pflag.Flag) {

@@ -52,6 +52,9 @@ type Config struct {
 	// IdleInTransactionTimeout is the default of the sessions'
 	// idle_in_transaction_session_timeout (0: no limit).
 	IdleInTransactionTimeout time.Duration
+	// History is how far back retina.as_of can read (0: no time travel).
+	// Keeping it holds GC back by as long: see history.go.
+	History time.Duration
 	// Waiter answers retina_wait_lsn (nil: the function reports there is
 	// no PostgreSQL source).
 	Waiter SourceWaiter
@@ -73,6 +76,7 @@ type Engine struct {
 	rowsRead, rowsOut atomic.Int64
 	statements        atomic.Uint64
 	readers           readViews
+	history           history
 }
 
 // Open starts DuckDB and registers retina_scan, the MVCC functions and one
@@ -109,7 +113,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("query: start DuckDB: %w", err)
 	}
-	e := &Engine{cfg: cfg, connector: connector, db: sql.OpenDB(connector), log: cfg.Logger.With("component", "query"), views: map[string]bool{}}
+	e := &Engine{cfg: cfg, connector: connector, history: history{keep: cfg.History}, db: sql.OpenDB(connector), log: cfg.Logger.With("component", "query"), views: map[string]bool{}}
 	if e.admin, err = e.db.Conn(ctx); err != nil {
 		e.db.Close()
 		return nil, err
@@ -230,8 +234,9 @@ func (e *Engine) Stats() Stats {
 	return Stats{Statements: e.statements.Load(), RowsRead: e.rowsRead.Load(), RowsOut: e.rowsOut.Load()}
 }
 
-// Close shuts DuckDB down.
+// Close shuts DuckDB down and ends the history's pins.
 func (e *Engine) Close() error {
+	e.closeHistory(context.Background())
 	if e.admin != nil {
 		e.admin.Close()
 	}
@@ -401,13 +406,21 @@ func (s *Session) setting(st settingStmt) (*Result, error) {
 	return &Result{Tag: "SET"}, nil
 }
 
+// beginView starts a view at the current snapshot, or at retina.as_of.
+func (s *Session) beginView(ctx context.Context) (*readView, error) {
+	if at, _ := s.settings.Get(asOfSetting); at != "" {
+		return s.e.viewAsOf(ctx, at)
+	}
+	return s.e.beginView(ctx)
+}
+
 // snapshot is the session's transaction view, or a new one for this
 // statement with the function that ends it.
 func (s *Session) snapshot(ctx context.Context) (*readView, func(), error) {
 	if s.tx != nil {
 		return s.tx, func() {}, nil
 	}
-	v, err := s.e.beginView(ctx)
+	v, err := s.beginView(ctx)
 	if err != nil {
 		return nil, nil, err
 	}

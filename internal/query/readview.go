@@ -167,6 +167,23 @@ func (e *Engine) freeze(ctx context.Context, v *readView) (bool, error) {
 	if v.ended || v.frozen != nil {
 		return false, nil
 	}
+	fs, err := e.frozenAt(v.ts)
+	if err != nil {
+		return false, err
+	}
+	v.frozen = fs
+	if err := e.cfg.Txn.EndQuery(context.WithoutCancel(ctx), v.handle); err != nil {
+		v.frozen = nil
+		return false, fmt.Errorf("query: checkpoint of snapshot %d: %w", v.ts, err)
+	}
+	e.log.Info("visibility checkpoint: a long-running reader no longer holds LWM",
+		"snapshot", v.ts, "age", time.Since(v.began).Round(time.Second), "files", len(fs.deleted), "bitmap_bytes", fs.bytes)
+	return true, nil
+}
+
+// frozenAt materializes the deleted bitmaps of every file at snapshot ts,
+// which must be at or above LWM while it runs.
+func (e *Engine) frozenAt(ts uint64) (*frozenState, error) {
 	// Every file the catalog still has, retired ones included: a statement
 	// running now may have planned with a file a rewrite replaced since.
 	snap := e.cfg.Catalog.Snapshot()
@@ -181,25 +198,18 @@ func (e *Engine) freeze(ctx context.Context, v *readView) (bool, error) {
 				fs.deleted[f.ID] = nil
 				continue
 			}
-			bm, bit, err := vis.BitmapRange(v.ts, 0, vis.Rows(), nil)
+			bm, bit, err := vis.BitmapRange(ts, 0, vis.Rows(), nil)
 			if err != nil {
-				return false, fmt.Errorf("query: checkpoint of snapshot %d: file %d of %s: %w", v.ts, f.ID, t.Name, err)
+				return nil, fmt.Errorf("query: checkpoint of snapshot %d: file %d of %s: %w", ts, f.ID, t.Name, err)
 			}
 			if bit != 0 {
-				return false, fmt.Errorf("query: checkpoint of snapshot %d: file %d: bitmap starts at bit %d", v.ts, f.ID, bit)
+				return nil, fmt.Errorf("query: checkpoint of snapshot %d: file %d: bitmap starts at bit %d", ts, f.ID, bit)
 			}
 			fs.deleted[f.ID] = bm
 			fs.bytes += int64(len(bm)) * 8
 		}
 	}
-	v.frozen = fs
-	if err := e.cfg.Txn.EndQuery(context.WithoutCancel(ctx), v.handle); err != nil {
-		v.frozen = nil
-		return false, fmt.Errorf("query: checkpoint of snapshot %d: %w", v.ts, err)
-	}
-	e.log.Info("visibility checkpoint: a long-running reader no longer holds LWM",
-		"snapshot", v.ts, "age", time.Since(v.began).Round(time.Second), "files", len(fs.deleted), "bitmap_bytes", fs.bytes)
-	return true, nil
+	return fs, nil
 }
 
 // OldestFrozen is the oldest snapshot of a checkpointed view, if any:

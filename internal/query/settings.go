@@ -88,6 +88,15 @@ func params(idleInTxn time.Duration) []param {
 			}
 			return "", fmt.Errorf("bytea_output %q: Retina renders bytea in hex only", v)
 		}},
+		{name: asOfSetting, def: "", check: func(v string) (string, error) {
+			if strings.TrimSpace(v) == "" || strings.EqualFold(strings.TrimSpace(v), "now") {
+				return "", nil
+			}
+			if _, err := parseAsOf(v); err != nil {
+				return "", err
+			}
+			return strings.TrimSpace(v), nil
+		}},
 		{name: "server_version", def: ServerVersion, readOnly: true},
 		{name: "server_version_num", def: ServerVersionNum, readOnly: true},
 		{name: "session_authorization", def: "", readOnly: true},
@@ -99,6 +108,9 @@ func params(idleInTxn time.Duration) []param {
 		{name: "default_transaction_read_only", def: "on", readOnly: true},
 	}
 }
+
+// asOfSetting makes a session read the past (history.go).
+const asOfSetting = "retina.as_of"
 
 // Settings are one session's parameter values.
 type Settings struct {

@@ -243,7 +243,7 @@ func (s *Session) Execute(ctx context.Context, st *Statement, args []any) (*Resu
 		return &Result{Tag: ""}, nil
 	case stmtBegin:
 		if s.tx == nil {
-			v, err := s.e.beginView(ctx)
+			v, err := s.beginView(ctx)
 			if err != nil {
 				return nil, err
 			}

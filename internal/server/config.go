@@ -60,6 +60,10 @@ type Config struct {
 	// transaction gets a visibility checkpoint: its deleted bitmaps are
 	// materialized and it stops holding LWM back (0: never).
 	VisibilityCheckpointAfter time.Duration `yaml:"visibility_checkpoint_after"`
+	// QueryHistory is how far back SQL sessions can read with SET
+	// retina.as_of; memory GC, index purge and storage GC keep what that
+	// needs, so it costs memory in proportion to the change rate (0: off).
+	QueryHistory time.Duration `yaml:"query_history"`
 	// StorageGCInterval is how often storage GC looks for files to rewrite
 	// (0 turns it off); StorageGCStaleShare is the share of a file's
 	// versions that must be stale before it is rewritten.
@@ -166,7 +170,8 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 	for k, p := range map[string]*time.Duration{"RETINA_CHECKPOINT_INTERVAL": &c.CheckpointInterval, "RETINA_INDEX_PURGE_INTERVAL": &c.IndexPurgeInterval,
 		"RETINA_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": &c.IdleInTransactionTimeout,
 		"RETINA_STORAGE_GC_INTERVAL":                 &c.StorageGCInterval,
-		"RETINA_VISIBILITY_CHECKPOINT_AFTER":         &c.VisibilityCheckpointAfter} {
+		"RETINA_VISIBILITY_CHECKPOINT_AFTER":         &c.VisibilityCheckpointAfter,
+		"RETINA_QUERY_HISTORY":                       &c.QueryHistory} {
 		if v := getenv(k); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil {
@@ -208,6 +213,9 @@ func (c *Config) Validate() error {
 	}
 	if c.VisibilityCheckpointAfter < 0 {
 		return fmt.Errorf("config: visibility_checkpoint_after %s: want 0 (never) or a positive age", c.VisibilityCheckpointAfter)
+	}
+	if c.QueryHistory < 0 {
+		return fmt.Errorf("config: query_history %s: want 0 (no time travel) or a positive duration", c.QueryHistory)
 	}
 	if c.StorageGCInterval < 0 {
 		return fmt.Errorf("config: storage_gc_interval %s: want 0 (off) or a positive interval", c.StorageGCInterval)

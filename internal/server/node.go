@@ -51,6 +51,9 @@ type NodeConfig struct {
 	// VisibilityCheckpointAfter is the age at which a reader's snapshot is
 	// checkpointed so it stops holding LWM (0: never).
 	VisibilityCheckpointAfter time.Duration
+	// QueryHistory is how far back SQL sessions can read with
+	// retina.as_of; GC keeps what that needs (0: no time travel).
+	QueryHistory time.Duration
 	// StorageGC tunes the rewriting of stale and small files.
 	StorageGC StorageGCConfig
 	// FS holds the checkpoint's files (default: the local disk); tests put
@@ -217,7 +220,7 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 			"clean_stop", r.Clean, "files_dropped", r.Dropped, "files_combined", r.Combined, "took", r.Duration.Round(time.Millisecond))
 	}
 	if n.Engine, err = query.Open(ctx, query.Config{Catalog: n.Catalog, Txn: n.Txn, Scanner: n.Scanner, Threads: cfg.QueryThreads,
-		IdleInTransactionTimeout: cfg.IdleInTransactionTimeout, Waiter: cfg.Waiter, Logger: cfg.Logger}); err != nil {
+		IdleInTransactionTimeout: cfg.IdleInTransactionTimeout, History: cfg.QueryHistory, Waiter: cfg.Waiter, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
 	if recordShards {

@@ -44,3 +44,23 @@ func (n *Node) CheckpointReaders(ctx context.Context, age time.Duration) {
 		n.log.Warn("visibility checkpoint failed; the reader keeps holding LWM until the next try", "err", err)
 	}
 }
+
+// RunHistory keeps the SQL sessions' time-travel history (query_history)
+// until ctx ends.
+func (n *Node) RunHistory(ctx context.Context) {
+	if n.Config.QueryHistory <= 0 {
+		return
+	}
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if err := n.Engine.TickHistory(ctx, time.Now()); err != nil && ctx.Err() == nil {
+			n.log.Warn("time-travel history: a tick failed; the next one retries", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -72,7 +72,8 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 	nc := NodeConfig{DataDir: cfg.DataDir, Lake: cfg.Lake, IndexBackend: cfg.IndexBackend, Replayers: cfg.Replayers,
 		Buckets: cfg.Buckets, BlockRows: cfg.BlockRows, FileBlocks: cfg.FileBlocks, Failpoints: opts.Failpoints, Logger: log,
 		IdleInTransactionTimeout: cfg.IdleInTransactionTimeout, VisibilityCheckpointAfter: cfg.VisibilityCheckpointAfter,
-		StorageGC: StorageGCConfig{Interval: cfg.StorageGCInterval, StaleShare: cfg.StorageGCStaleShare}}
+		QueryHistory: cfg.QueryHistory,
+		StorageGC:    StorageGCConfig{Interval: cfg.StorageGCInterval, StaleShare: cfg.StorageGCStaleShare}}
 	if cfg.StorageGCInterval == 0 {
 		nc.StorageGC.Interval = -1 // off
 	}
@@ -327,6 +328,7 @@ func (s *Server) Run(ctx context.Context) error {
 		gcWG.Go(func() { s.Node.RunStorageGC(intake) })
 	}
 	gcWG.Go(func() { s.Node.RunVisibilityCheckpoints(intake) })
+	gcWG.Go(func() { s.Node.RunHistory(intake) })
 	serveCtx, stopServe := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServe()
 	var wg sync.WaitGroup

@@ -24,9 +24,15 @@ func OpenNode(t testing.TB) *server.Node { return OpenNodeWith(t, 64, 4) }
 // OpenNodeWith is OpenNode with a given write-buffer shape.
 func OpenNodeWith(t testing.TB, blockRows, fileBlocks int) *server.Node {
 	t.Helper()
-	n, err := server.OpenNode(context.Background(), server.NodeConfig{
-		DataDir: t.TempDir(), Lake: "mem://", BlockRows: blockRows, FileBlocks: fileBlocks, Replayers: 2, Logger: Quiet(),
-	})
+	return OpenNodeTuned(t, func(c *server.NodeConfig) { c.BlockRows, c.FileBlocks = blockRows, fileBlocks })
+}
+
+// OpenNodeTuned is OpenNode with changes to its configuration.
+func OpenNodeTuned(t testing.TB, tune func(*server.NodeConfig)) *server.Node {
+	t.Helper()
+	cfg := server.NodeConfig{DataDir: t.TempDir(), Lake: "mem://", BlockRows: 64, FileBlocks: 4, Replayers: 2, Logger: Quiet()}
+	tune(&cfg)
+	n, err := server.OpenNode(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
