@@ -443,3 +443,25 @@ func TestFileSourceLinesLongerThanItsBuffer(t *testing.T) {
 		}
 	}
 }
+
+// A table of a schema other than public is schema.table in Retina, so two
+// source tables with one name in different schemas do not meet.
+func TestTablesOfSchemasStayApart(t *testing.T) {
+	d := NewDecoder(tableMap{"customer": customerTable(), "crm.customer": customerTable()}, quiet(), DecoderOptions{})
+	for _, c := range []struct{ source, want string }{
+		{`{"schema":"public","table":"customer"}`, "customer"},
+		{`{"table":"customer","db":"shop"}`, "customer"}, // MySQL: databases are not schemas here
+		{`{"schema":"crm","table":"customer"}`, "crm.customer"},
+	} {
+		msg := `{"op":"c","source":` + c.source + `,"after":{"id":1,"name":"a"}}`
+		r, err := d.Decode(Message{Pos: Position{Stream: "file:x"}, Value: []byte(msg)})
+		if err != nil || r.Table != c.want {
+			t.Errorf("source %s: table %q (%v), want %q", c.source, r.Table, err, c.want)
+		}
+	}
+	_, err := d.Decode(Message{Pos: Position{Stream: "file:x"}, Value: []byte(`{"op":"c","source":{"schema":"hr","table":"customer"},"after":{"id":1}}`)})
+	var ut *UnknownTableError
+	if !errors.As(err, &ut) && !strings.Contains(fmt.Sprint(err), `"hr.customer"`) {
+		t.Errorf("a table of an unknown schema: %v", err)
+	}
+}

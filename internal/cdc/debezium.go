@@ -45,6 +45,7 @@ type Decoder struct {
 	// transaction id: messages repeat all three.
 	rowSchemas, keySchemas schemaCache
 	names                  map[string]string
+	nameBuf                []byte // a table's catalog name, built before interning
 	lastTxRaw              []byte
 	lastTxID               string
 	// Skipped counts logical messages and tombstones.
@@ -173,11 +174,15 @@ func (d *Decoder) Decode(m Message) (rec Record, err error) {
 	if source == nil {
 		return rec, reject(m.Pos, "change event without \"source\"")
 	}
-	rec.Table = d.intern(source.GetStringBytes("table"))
-	rec.SourceTSms = source.GetInt64("ts_ms")
-	if rec.Table == "" {
+	// The table's schema, where the source has schemas (PostgreSQL, SQL
+	// Server, Oracle): catalog.TableName.
+	table := source.GetStringBytes("table")
+	if len(table) == 0 {
 		return rec, reject(m.Pos, "source.table is missing")
 	}
+	d.nameBuf = catalog.AppendTableName(d.nameBuf[:0], source.GetStringBytes("schema"), table)
+	rec.Table = d.intern(d.nameBuf)
+	rec.SourceTSms = source.GetInt64("ts_ms")
 	if tx := pm.transaction; tx != nil && tx.Type() == fastjson.TypeObject {
 		rec.TxID = d.txID(tx.GetStringBytes("id"))
 		rec.TotalOrder = tx.GetInt64("total_order")

@@ -198,17 +198,26 @@ func (e *Engine) syncViews(ctx context.Context) error {
 		return nil
 	}
 	want := map[string]bool{}
+	schemas := map[string]bool{userSchema: true}
 	for _, t := range snap.Tables() {
 		name := strings.ToLower(t.Name)
 		want[name] = true
-		q := fmt.Sprintf("CREATE OR REPLACE VIEW %s AS SELECT * FROM retina_scan(%s)", quoteIdent(t.Name), quoteLiteral(t.Name))
+		schema, table := catalog.SplitTableName(t.Name)
+		if !schemas[schema] {
+			if _, err := e.admin.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+dbName+"."+quoteIdent(schema)); err != nil {
+				return fmt.Errorf("query: schema %s for table %s: %w", schema, t.Name, err)
+			}
+			schemas[schema] = true
+		}
+		q := fmt.Sprintf("CREATE OR REPLACE VIEW %s.%s.%s AS SELECT * FROM retina_scan(%s)", dbName, quoteIdent(schema), quoteIdent(table), quoteLiteral(t.Name))
 		if _, err := e.admin.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("query: view for %s: %w", t.Name, err)
 		}
 	}
 	for name := range e.views {
 		if !want[name] {
-			if _, err := e.admin.ExecContext(ctx, "DROP VIEW IF EXISTS "+quoteIdent(name)); err != nil {
+			schema, table := catalog.SplitTableName(name)
+			if _, err := e.admin.ExecContext(ctx, "DROP VIEW IF EXISTS "+dbName+"."+quoteIdent(schema)+"."+quoteIdent(table)); err != nil {
 				return err
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"hash/fnv"
 	"strings"
 
 	"github.com/retinadb/retina/internal/catalog"
@@ -37,6 +38,26 @@ const (
 	oidsPerTable   = 16 // the table, its primary key index, up to 14 more indexes
 	retinaUserName = "retina"
 )
+
+// firstSchemaOID is where the OIDs of schemas other than public start.
+const firstSchemaOID = 1 << 30
+
+// schemaOID is a schema's OID: stable for its name (a hash), unique among
+// the schemas taken.
+func schemaOID(name string, taken map[string]int64) int64 {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	oid := firstSchemaOID + int64(h.Sum32()%(1<<29))
+	for used := true; used; {
+		used = false
+		for _, o := range taken {
+			if o == oid {
+				used, oid = true, oid+1
+			}
+		}
+	}
+	return oid
+}
 
 // tableOID is a table's OID: stable for its catalog id.
 func tableOID(id uint32) int64 { return firstTableOID + int64(id)*oidsPerTable }
@@ -259,7 +280,7 @@ var catalogTables = func() map[string]map[string]bool {
 // the catalog schema, replacing DuckDB's where DuckDB has one of the name.
 var pgFunctions = []string{
 	`pg_get_userbyid(id) AS '` + retinaUserName + `'`,
-	`pg_table_is_visible(id) AS true`,
+	`pg_table_is_visible(id) AS coalesce((SELECT relnamespace IN (` + fmt.Sprint(oidPublic) + `, ` + fmt.Sprint(oidPGCatalog) + `) FROM ` + catalogSchema + `.pg_class WHERE oid = id), true)`,
 	`pg_type_is_visible(id) AS true`,
 	`pg_function_is_visible(id) AS true`,
 	`pg_encoding_to_char(id) AS 'UTF8'`,
@@ -390,20 +411,28 @@ func fillCatalogs(ctx context.Context, c *sql.Conn, tables []*catalog.Table) err
 	stmts := []string{
 		"DELETE FROM " + cs + ".pg_class", "DELETE FROM " + cs + ".pg_attribute", "DELETE FROM " + cs + ".pg_index",
 		"DELETE FROM " + cs + ".pg_constraint", "DELETE FROM " + is + ".columns", "DELETE FROM " + is + ".table_constraints",
-		"DELETE FROM " + is + ".key_column_usage",
+		"DELETE FROM " + is + ".key_column_usage", fmt.Sprintf("DELETE FROM %s.pg_namespace WHERE oid >= %d", cs, firstSchemaOID),
 	}
 	var args [][]any
 	for range stmts {
 		args = append(args, nil)
 	}
 	add := func(q string, a ...any) { stmts = append(stmts, q); args = append(args, a) }
+	namespaces := map[string]int64{catalog.DefaultSchema: oidPublic}
 	for _, t := range tables {
 		oid := tableOID(t.ID)
-		name := strings.ToLower(t.Name)
+		schema, name := catalog.SplitTableName(t.Name)
+		name = strings.ToLower(name)
+		ns, ok := namespaces[schema]
+		if !ok {
+			ns = schemaOID(schema, namespaces)
+			namespaces[schema] = ns
+			add(`INSERT INTO `+cs+`.pg_namespace VALUES (?, ?, ?, NULL)`, ns, schema, oidUser)
+		}
 		sc := t.Schema
 		add(`INSERT INTO `+cs+`.pg_class VALUES (?, ?, ?, 0, 0, ?, ?, ?, 0, 0, -1, 0, 0, ?, false, 'p', 'r', ?, 0, false,
 			false, false, false, false, true, 'd', false, 0, 0, 0, NULL, NULL, NULL)`,
-			oid, name, oidPublic, oidUser, oidHeap, oid, len(sc.PrimaryKey) > 0 || len(sc.Indexes) > 0, len(sc.Columns))
+			oid, name, ns, oidUser, oidHeap, oid, len(sc.PrimaryKey) > 0 || len(sc.Indexes) > 0, len(sc.Columns))
 		attnum := map[string]int{}
 		for i, col := range sc.Columns {
 			attnum[strings.ToLower(col.Name)] = i + 1
@@ -433,7 +462,7 @@ func fillCatalogs(ctx context.Context, c *sql.Conn, tables []*catalog.Table) err
 				is_nullable, data_type, numeric_precision, numeric_precision_radix, numeric_scale, udt_catalog, udt_schema,
 				udt_name, dtd_identifier, is_self_referencing, is_identity, is_generated, is_updatable)
 				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pg_catalog', ?, ?, 'NO', 'NO', 'NEVER', 'NO')`,
-				dbName, userSchema, name, col.Name, i+1, yesNo(col.Nullable), dataType, prec, radix, scale, dbName, udt, fmt.Sprint(i+1))
+				dbName, schema, name, col.Name, i+1, yesNo(col.Nullable), dataType, prec, radix, scale, dbName, udt, fmt.Sprint(i+1))
 		}
 		if len(sc.PrimaryKey) > 0 && !sc.GeneratedKey {
 			idx := oid + 1
@@ -444,16 +473,16 @@ func fillCatalogs(ctx context.Context, c *sql.Conn, tables []*catalog.Table) err
 				nums[i] = attnum[strings.ToLower(k)]
 			}
 			conName := name + "_pkey"
-			addIndex(add, cs, oid, idx, conName, true, true, keys, nums, name)
+			addIndex(add, cs, ns, oid, idx, conName, true, true, keys, nums, schema, name)
 			add(`INSERT INTO `+cs+`.pg_constraint (oid, conname, connamespace, contype, condeferrable, condeferred,
 				convalidated, conrelid, contypid, conindid, conparentid, confrelid, conislocal, coninhcount, connoinherit,
 				conkey, condef) VALUES (?, ?, ?, 'p', false, false, true, ?, 0, ?, 0, 0, true, 0, true, ?::SMALLINT[], ?)`,
-				idx, conName, oidPublic, oid, idx, intList(nums), "PRIMARY KEY ("+strings.Join(keys, ", ")+")")
-			add(`INSERT INTO `+is+`.table_constraints VALUES (?, 'public', ?, ?, 'public', ?, 'PRIMARY KEY', 'NO', 'NO', 'YES', NULL)`,
-				dbName, conName, dbName, name)
+				idx, conName, ns, oid, idx, intList(nums), "PRIMARY KEY ("+strings.Join(keys, ", ")+")")
+			add(`INSERT INTO `+is+`.table_constraints VALUES (?, ?, ?, ?, ?, ?, 'PRIMARY KEY', 'NO', 'NO', 'YES', NULL)`,
+				dbName, schema, conName, dbName, schema, name)
 			for i, k := range sc.PrimaryKey {
-				add(`INSERT INTO `+is+`.key_column_usage VALUES (?, 'public', ?, ?, 'public', ?, ?, ?, NULL)`,
-					dbName, conName, dbName, name, k, i+1)
+				add(`INSERT INTO `+is+`.key_column_usage VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)`,
+					dbName, schema, conName, dbName, schema, name, k, i+1)
 			}
 		}
 		for i, ix := range sc.Indexes {
@@ -466,7 +495,7 @@ func fillCatalogs(ctx context.Context, c *sql.Conn, tables []*catalog.Table) err
 				keys[j] = quotePGIdent(k)
 				nums[j] = attnum[strings.ToLower(k)]
 			}
-			addIndex(add, cs, oid, oid+2+int64(i), strings.ToLower(ix.Name), ix.Unique, false, keys, nums, name)
+			addIndex(add, cs, ns, oid, oid+2+int64(i), strings.ToLower(ix.Name), ix.Unique, false, keys, nums, schema, name)
 		}
 	}
 	for i, q := range stmts {
@@ -477,15 +506,15 @@ func fillCatalogs(ctx context.Context, c *sql.Conn, tables []*catalog.Table) err
 	return nil
 }
 
-func addIndex(add func(string, ...any), cs string, table, idx int64, name string, unique, primary bool, keys []string, nums []any, tableName string) {
+func addIndex(add func(string, ...any), cs string, ns, table, idx int64, name string, unique, primary bool, keys []string, nums []any, schema, tableName string) {
 	add(`INSERT INTO `+cs+`.pg_class VALUES (?, ?, ?, 0, 0, ?, ?, ?, 0, 0, -1, 0, 0, false, false, 'p', 'i', ?, 0, false,
 		false, false, false, false, true, 'n', false, 0, 0, 0, NULL, NULL, NULL)`,
-		idx, name, oidPublic, oidUser, oidBtree, idx, len(keys))
+		idx, name, ns, oidUser, oidBtree, idx, len(keys))
 	def := "CREATE INDEX "
 	if unique {
 		def = "CREATE UNIQUE INDEX "
 	}
-	def += quotePGIdent(name) + " ON public." + quotePGIdent(tableName) + " USING btree (" + strings.Join(keys, ", ") + ")"
+	def += quotePGIdent(name) + " ON " + quotePGIdent(schema) + "." + quotePGIdent(tableName) + " USING btree (" + strings.Join(keys, ", ") + ")"
 	add(`INSERT INTO `+cs+`.pg_index VALUES (?, ?, ?, ?, ?, false, ?, false, true, false, true, false, true, true, false,
 		?::SMALLINT[], NULL, NULL, NULL, NULL, NULL, ?, NULL)`,
 		idx, table, len(keys), len(keys), unique, primary, intList(nums), def)

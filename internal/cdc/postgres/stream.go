@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/cdc"
 )
 
@@ -363,7 +364,7 @@ func (st *streamer) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 		// Changes written before the table was dropped (Retina was behind):
 		// the message is all there is; the key is the one Retina's table has.
 		cur = &table{}
-		if rt, ok := s.cfg.Catalog.Snapshot().Table(m.RelationName); ok {
+		if rt, ok := s.cfg.Catalog.Snapshot().Table(catalog.TableName(m.Namespace, m.RelationName)); ok {
 			cur.Key = rt.Schema.PrimaryKey
 			if slices.Contains(cur.Key, keylessLSN) {
 				cur.Key = nil

@@ -54,6 +54,10 @@ type table struct {
 
 func (t *table) String() string { return t.Namespace + "." + t.Name }
 
+// retinaName is the table's name in Retina's catalog: its plain name in
+// schema public, schema.name in any other (catalog.TableName).
+func (t *table) retinaName() string { return catalog.TableName(t.Namespace, t.Name) }
+
 func (t *table) keyless() bool { return len(t.Key) == 0 }
 
 // schema is the Retina schema this table gets when Retina creates it.
@@ -236,15 +240,16 @@ func describe(ctx context.Context, q querier, oid uint32, ns, name, ident string
 // be nullable and reads NULL from then on.
 func (t *table) bind(ctx context.Context, cat Catalog, copying bool) error {
 	want := t.schema()
-	rt, ok := cat.Snapshot().Table(t.Name)
+	name := t.retinaName()
+	rt, ok := cat.Snapshot().Table(name)
 	if !ok {
 		var err error
-		rt, err = cat.CreateTable(ctx, t.Name, want)
+		rt, err = cat.CreateTable(ctx, name, want)
 		if errors.Is(err, catalog.ErrExists) {
-			rt, ok = cat.Snapshot().Table(t.Name)
+			rt, ok = cat.Snapshot().Table(name)
 		}
 		if err != nil && !ok {
-			return fmt.Errorf("create table %s for %s: %w", t.Name, t, err)
+			return fmt.Errorf("create table %s for %s: %w", name, t, err)
 		}
 	}
 	pos := make([]int, len(t.Cols))
@@ -260,7 +265,7 @@ func (t *table) bind(ctx context.Context, cat Catalog, copying bool) error {
 			}
 			var err error
 			if rt, err = cat.AddColumn(ctx, rt.ID, catalog.Column{Name: c.Name, Type: c.Type, Nullable: true, SourceID: c.Attnum}); err != nil {
-				return fmt.Errorf("add column %s (%s) of %s to Retina's table %s: %w", c.Name, c.PGType, t, t.Name, err)
+				return fmt.Errorf("add column %s (%s) of %s to Retina's table %s: %w", c.Name, c.PGType, t, name, err)
 			}
 			j = rt.Schema.ColumnIndex(c.Name)
 		}
@@ -281,7 +286,7 @@ func (t *table) bind(ctx context.Context, cat Catalog, copying bool) error {
 		}
 	}
 	if !slices.EqualFunc(want.PrimaryKey, have.PrimaryKey, strings.EqualFold) {
-		return fmt.Errorf("%w: %s has key (%s), Retina's table %s (%s)", ErrSchemaChange, t, strings.Join(want.PrimaryKey, ", "), t.Name, strings.Join(have.PrimaryKey, ", "))
+		return fmt.Errorf("%w: %s has key (%s), Retina's table %s (%s)", ErrSchemaChange, t, strings.Join(want.PrimaryKey, ", "), name, strings.Join(have.PrimaryKey, ", "))
 	}
 	t.retina, t.pos, t.keyPos, t.absent = rt, pos, have.KeyColumns(), absent
 	return nil
