@@ -223,6 +223,13 @@ func encodeBinary(v any, oid uint32) ([]byte, error) {
 		}
 	case oidNumeric:
 		return encodeNumeric(string(encodeText(v, oid)))
+	case oidTime:
+		if t, ok := v.(time.Time); ok {
+			us := int64(t.Hour())*3_600_000_000 + int64(t.Minute())*60_000_000 + int64(t.Second())*1_000_000 + int64(t.Nanosecond()/1000)
+			return binary.BigEndian.AppendUint64(nil, uint64(us)), nil
+		}
+	case oidJSON, oidText, oidVarchar:
+		return encodeText(v, oid), nil
 	case oidInterval:
 		if iv, ok := v.(query.Interval); ok {
 			b := binary.BigEndian.AppendUint64(nil, uint64(iv.Micros))
@@ -421,8 +428,24 @@ func decodeParam(b []byte, oid uint32, format int16) (any, error) {
 		}
 	case oidNumeric:
 		return decodeNumeric(b)
-	default:
+	case oidUUID:
+		if len(b) == 16 {
+			return formatUUID(b), nil
+		}
+	case oidTime:
+		if len(b) == 8 {
+			us := int64(binary.BigEndian.Uint64(b))
+			return time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(us) * time.Microsecond).Format("15:04:05.999999"), nil
+		}
+	case oidInterval:
+		if len(b) == 16 {
+			return query.Interval{Micros: int64(binary.BigEndian.Uint64(b)), Days: int32(binary.BigEndian.Uint32(b[8:])),
+				Months: int32(binary.BigEndian.Uint32(b[12:]))}, nil
+		}
+	case oidJSON:
 		return string(b), nil
+	default:
+		return nil, fmt.Errorf("pgwire: parameters of type %d are taken in text format only", oid)
 	}
 	return nil, fmt.Errorf("pgwire: bad binary parameter of %d bytes for type %d", len(b), oid)
 }

@@ -335,6 +335,9 @@ func (r *Result) Next() bool {
 		return false
 	}
 	for i, v := range r.buf {
+		if r.Columns[i].Type.Kind == TypeJSON && v != nil {
+			v = jsonText(v) // the driver hands JSON over decoded
+		}
 		r.cur[i] = v
 	}
 	r.n++

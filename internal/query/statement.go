@@ -321,6 +321,9 @@ func (s *Session) Execute(ctx context.Context, st *Statement, args []any) (*Resu
 func namedArgs(c driver.NamedValueChecker, args []any) ([]driver.NamedValue, error) {
 	out := make([]driver.NamedValue, len(args))
 	for i, a := range args {
+		if iv, ok := a.(Interval); ok {
+			a = duckdb.Interval{Months: iv.Months, Days: iv.Days, Micros: iv.Micros}
+		}
 		out[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
 		err := c.CheckNamedValue(&out[i])
 		if errors.Is(err, driver.ErrSkip) {

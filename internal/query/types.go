@@ -1,6 +1,7 @@
 package query
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/big"
 
@@ -132,6 +133,21 @@ func typeOfDuck(t duckdb.Type, info duckdb.TypeInfo) Type {
 		}
 	}
 	return Type{Kind: TypeText}
+}
+
+// jsonText is a JSON value as text.
+func jsonText(v any) any {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
 }
 
 // neutral turns a value DuckDB returned into one of the types this package
