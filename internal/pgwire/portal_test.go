@@ -139,3 +139,26 @@ func TestPortalsSuspendAndResume(t *testing.T) {
 	}
 
 }
+
+// An error inside a transaction fails it, as in PostgreSQL: statements are
+// refused (25P02) until its end, and COMMIT then rolls back.
+func TestFailedTransaction(t *testing.T) {
+	n := servertest.OpenNode(t)
+	servertest.CreateTable(t, n, "account", accountCols(), "id")
+	c := dialRaw(t, serve(t, n))
+	for _, step := range []struct{ sql, want string }{
+		{"BEGIN", "C(BEGIN) ZT"},
+		{"SELECT nosuch FROM account", "E(42703) ZE"},
+		{"SELECT 1", "E(25P02) ZE"},
+		{"COMMIT", "C(ROLLBACK) ZI"},
+		{"SELECT 1", "T D1 C(SELECT 1) ZI"},
+		{"BEGIN", "C(BEGIN) ZT"},
+		{"SELECT 1/0 FROM nosuch", "E(42P01) ZE"},
+		{"ROLLBACK", "C(ROLLBACK) ZI"},
+	} {
+		c.send(&pgproto3.Query{String: step.sql})
+		if got := c.until("Z"); got != step.want {
+			t.Fatalf("%s: got %s, want %s", step.sql, got, step.want)
+		}
+	}
+}

@@ -306,7 +306,10 @@ func (s *Server) cancel(pid uint32, secret []byte) {
 // ready reports the transaction state and waits for the next command.
 func (c *clientConn) ready() {
 	status := byte('I')
-	if c.sess != nil && c.sess.InTransaction() {
+	switch {
+	case c.sess != nil && c.sess.Failed():
+		status = 'E'
+	case c.sess != nil && c.sess.InTransaction():
 		status = 'T'
 	}
 	c.be.Send(&pgproto3.ReadyForQuery{TxStatus: status})
@@ -704,8 +707,12 @@ func (c *clientConn) execute(ctx context.Context, m *pgproto3.Execute) error {
 	return err
 }
 
-// sendError reports err with a SQLSTATE.
+// sendError reports err with a SQLSTATE; it fails the transaction in
+// progress, if any.
 func (c *clientConn) sendError(err error) {
+	if c.sess != nil {
+		c.sess.Fail()
+	}
 	c.be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: sqlState(err), Message: err.Error()})
 }
 

@@ -260,6 +260,7 @@ type Session struct {
 	tx       *readView // the snapshot between BEGIN and COMMIT
 	settings *Settings
 	cursors  map[string]*cursor // DECLAREd and not yet closed
+	failed   bool               // a statement of the transaction failed: only its end is taken
 }
 
 // NewSession opens a session.
@@ -281,6 +282,21 @@ func (s *Session) Settings() *Settings { return s.settings }
 
 // InTransaction reports an explicit read transaction in progress.
 func (s *Session) InTransaction() bool { return s.tx != nil }
+
+// Fail marks the transaction in progress failed, as an error in it does
+// in PostgreSQL: until ROLLBACK (or COMMIT, which then rolls back) every
+// statement is refused with SQLSTATE 25P02.
+func (s *Session) Fail() {
+	if s.tx != nil {
+		s.failed = true
+	}
+}
+
+// Failed reports a failed transaction in progress.
+func (s *Session) Failed() bool { return s.tx != nil && s.failed }
+
+// errAborted refuses statements in a failed transaction.
+var errAborted = &Error{Code: "25P02", Err: errors.New("current transaction is aborted, commands ignored until end of transaction block")}
 
 // Close ends the session and any snapshot it holds.
 func (s *Session) Close() error {

@@ -69,7 +69,11 @@ func (st *Statement) Close() error {
 // anything else is planned by DuckDB and refused unless it only reads.
 func (s *Session) Prepare(ctx context.Context, text string) (*Statement, error) {
 	st := &Statement{Text: text, sess: s}
-	switch word := firstWord(text); word {
+	word := firstWord(text)
+	if s.Failed() && word != "ROLLBACK" && word != "ABORT" && word != "COMMIT" && word != "END" {
+		return nil, errAborted
+	}
+	switch word {
 	case "":
 		if strings.Trim(stripLeadingComments(text), "; \t\r\n") == "" {
 			st.kind = stmtEmpty
@@ -238,6 +242,9 @@ func (s *Session) Execute(ctx context.Context, st *Statement, args []any) (*Resu
 		return nil, fmt.Errorf("query: statement %q belongs to another session", st.Text)
 	}
 	s.e.statements.Add(1)
+	if s.Failed() && st.kind != stmtCommit && st.kind != stmtRollback {
+		return nil, errAborted
+	}
 	switch st.kind {
 	case stmtEmpty:
 		return &Result{Tag: ""}, nil
@@ -258,14 +265,15 @@ func (s *Session) Execute(ctx context.Context, st *Statement, args []any) (*Resu
 		return s.closeCursor(st.cursor)
 	case stmtCommit, stmtRollback:
 		s.closeCursors() // a cursor lives no longer than its transaction
+		failed := s.Failed()
 		if s.tx != nil {
 			err := s.e.endView(ctx, s.tx)
-			s.tx = nil
+			s.tx, s.failed = nil, false
 			if err != nil {
 				return nil, err
 			}
 		}
-		if st.kind == stmtRollback {
+		if st.kind == stmtRollback || failed {
 			return &Result{Tag: "ROLLBACK"}, nil
 		}
 		return &Result{Tag: "COMMIT"}, nil
