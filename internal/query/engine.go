@@ -259,8 +259,9 @@ type Session struct {
 	conn     *duckdb.Conn
 	tx       *readView // the snapshot between BEGIN and COMMIT
 	settings *Settings
-	cursors  map[string]*cursor // DECLAREd and not yet closed
-	failed   bool               // a statement of the transaction failed: only its end is taken
+	cursors  map[string]*cursor      // DECLAREd and not yet closed
+	failed   bool                    // a statement of the transaction failed: only its end is taken
+	helpers  map[string]*duckdb.Stmt // the session's own queries (json_serialize_sql), kept prepared
 }
 
 // NewSession opens a session.
@@ -301,6 +302,9 @@ var errAborted = &Error{Code: "25P02", Err: errors.New("current transaction is a
 // Close ends the session and any snapshot it holds.
 func (s *Session) Close() error {
 	s.closeCursors()
+	for _, st := range s.helpers {
+		st.Close()
+	}
 	if s.tx != nil {
 		s.e.endView(context.Background(), s.tx)
 		s.tx = nil

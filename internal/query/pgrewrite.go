@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/duckdb/duckdb-go/v2"
 )
 
 // A SELECT is parsed by DuckDB (json_serialize_sql) before it is planned,
@@ -27,9 +29,55 @@ type parsed struct {
 	text string         // SQL to plan: the rewritten tree, or the original text
 }
 
-// parse serializes text's tree, rewrites it where needed and returns the
-// SQL to plan.
-func (s *Session) parse(ctx context.Context, text string) (parsed, error) {
+// rewriteWords are what a statement needing a rewrite mentions: catalog
+// schemas and tables, the functions Retina provides, catalog types and the
+// keywords DuckDB reads otherwise.
+var rewriteWords = func() []string {
+	words := []string{"pg_", "information_schema", "current_user", "session_user", "current_role", "regclass", "regtype",
+		"regproc", "regnamespace", "regrole", "::oid", "as oid", "collate", "extract", "bytea", "::name", "as name",
+		"::char", "as char", `"char"`, "::bpchar"}
+	for _, m := range []map[string]bool{pgFunctionNames, infoFunctionNames} {
+		for name := range m {
+			words = append(words, name)
+		}
+	}
+	return words
+}()
+
+// mayNeedRewrite reports a statement that may mention what the rewrite
+// changes; false is certain, true is a guess.
+func mayNeedRewrite(text string) bool {
+	lower := strings.ToLower(text)
+	for _, w := range rewriteWords {
+		if strings.Contains(lower, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// plainNames reports columns DuckDB named as PostgreSQL would: every name
+// an identifier, as DuckDB gives a column reference or an alias. A
+// constant true, false or null is named by its text, not as PostgreSQL
+// names it.
+func plainNames(cols []Column) bool {
+	for _, c := range cols {
+		switch strings.ToLower(c.Name) {
+		case "true", "false", "null", "":
+			return false
+		}
+		for i, r := range c.Name {
+			if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= 0x80 || i > 0 && (r >= '0' && r <= '9' || r == '$')) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// parse serializes text's tree and, when rewrite is set, rewrites it where
+// needed and returns the SQL to plan.
+func (s *Session) parse(ctx context.Context, text string, rewrite bool) (parsed, error) {
 	out := parsed{text: text}
 	raw, err := s.scalarString(ctx, "SELECT json_serialize_sql($1::VARCHAR)", text)
 	if err != nil {
@@ -56,6 +104,9 @@ func (s *Session) parse(ctx context.Context, text string) (parsed, error) {
 		return out, nil
 	}
 	out.stmt = obj(stmts[0])
+	if !rewrite {
+		return out, nil
+	}
 	// The rewrite works on a second copy: columns are named by what the
 	// client wrote.
 	if doc, err = decode(); err != nil {
@@ -79,9 +130,25 @@ func (s *Session) parse(ctx context.Context, text string) (parsed, error) {
 	return out, nil
 }
 
-// scalarString runs a one-value query on the session's connection.
+// scalarString runs a one-value query on the session's connection; the
+// session keeps the query prepared.
 func (s *Session) scalarString(ctx context.Context, q string, arg string) (string, error) {
-	rows, err := s.conn.QueryContext(ctx, q, []driver.NamedValue{{Ordinal: 1, Value: arg}})
+	st, ok := s.helpers[q]
+	if !ok {
+		ds, err := s.conn.PrepareContext(ctx, q)
+		if err != nil {
+			return "", engineError(err)
+		}
+		if st, ok = ds.(*duckdb.Stmt); !ok {
+			ds.Close()
+			return "", fmt.Errorf("query: unexpected statement type %T", ds)
+		}
+		if s.helpers == nil {
+			s.helpers = map[string]*duckdb.Stmt{}
+		}
+		s.helpers[q] = st
+	}
+	rows, err := st.QueryContext(ctx, []driver.NamedValue{{Ordinal: 1, Value: arg}})
 	if err != nil {
 		return "", engineError(err)
 	}

@@ -162,7 +162,30 @@ func (s *Session) Prepare(ctx context.Context, text string) (*Statement, error) 
 		return nil, err
 	}
 	ctx = withSettings(ctx, s.settings)
-	p, err := s.parse(ctx, text)
+	if !mayNeedRewrite(text) {
+		// The common case plans the text as written, and parses it only if
+		// a column needs PostgreSQL's name.
+		duck, err := s.prepareDuck(ctx, text)
+		if err != nil {
+			return nil, err
+		}
+		st.plan, st.duck = text, duck
+		if err := st.describe(); err != nil {
+			duck.Close()
+			return nil, err
+		}
+		if plainNames(st.Columns) {
+			return st, nil
+		}
+		p, err := s.parse(ctx, text, false)
+		if err != nil {
+			duck.Close()
+			return nil, err
+		}
+		st.rename(p, text)
+		return st, nil
+	}
+	p, err := s.parse(ctx, text, true)
 	if err != nil {
 		return nil, err
 	}
@@ -176,14 +199,21 @@ func (s *Session) Prepare(ctx context.Context, text string) (*Statement, error) 
 		duck.Close()
 		return nil, err
 	}
-	if p.stmt != nil {
-		for i, name := range pgColumnNames(p.stmt, text, len(st.Columns)) {
-			if name != "" {
-				st.Columns[i].Name = name
-			}
+	st.rename(p, text)
+	return st, nil
+}
+
+// rename gives the columns PostgreSQL's names, where it names them
+// otherwise than DuckDB.
+func (st *Statement) rename(p parsed, text string) {
+	if p.stmt == nil {
+		return
+	}
+	for i, name := range pgColumnNames(p.stmt, text, len(st.Columns)) {
+		if name != "" {
+			st.Columns[i].Name = name
 		}
 	}
-	return st, nil
 }
 
 func (s *Session) prepareDuck(ctx context.Context, text string) (*duckdb.Stmt, error) {
