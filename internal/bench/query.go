@@ -19,6 +19,7 @@ import (
 
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/lake"
+	"github.com/retinadb/retina/internal/query"
 	"github.com/retinadb/retina/internal/replay"
 	"github.com/retinadb/retina/internal/server"
 	"github.com/retinadb/retina/internal/writebuffer"
@@ -146,7 +147,16 @@ func Query(ctx context.Context, r *Report, cfg QueryConfig) error {
 	if err != nil {
 		return err
 	}
+	point, err := pointLookups(ctx, sess, cfg)
+	if err != nil {
+		return err
+	}
+	selective, err := selectiveScans(ctx, sess, cfg)
+	if err != nil {
+		return err
+	}
 	r.Printf("with 1%% delta: median %.0f ms with visibility filtering, %.0f ms without it", ms(withVis), ms(noVis))
+	r.Printf("point lookup (id = $1): median %.1f ms; 1%% range of id: median %.0f ms", ms(point), ms(selective))
 	r.Printf("DuckDB read_parquet over the same files: median %.0f ms", ms(native))
 	r.Set("static_ms", math.Round(ms(static)))
 	r.Set("delta_ms", math.Round(ms(withVis)))
@@ -156,7 +166,72 @@ func Query(ctx context.Context, r *Report, cfg QueryConfig) error {
 	r.Set("delta_slowdown_ratio", math.Round(float64(withVis)/float64(static)*1000)/1000)
 	r.Set("scan_rows_per_sec", math.Round(float64(cfg.Rows)/withVis.Seconds()))
 	r.Set("vs_duckdb_native_ratio", math.Round(float64(withVis)/float64(native)*1000)/1000)
+	r.Set("vs_duckdb_native_ratio_static", math.Round(float64(static)/float64(native)*1000)/1000)
+	r.Set("point_lookup_ms", math.Round(ms(point)*100)/100)
+	r.Set("selective_scan_ms", math.Round(ms(selective)*10)/10)
 	return nil
+}
+
+// timedQuery runs a prepared statement with args and reads every row.
+func timedQuery(ctx context.Context, sess *query.Session, st *query.Statement, args ...any) (time.Duration, int, error) {
+	t0 := time.Now()
+	res, err := sess.Execute(ctx, st, args)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer res.Close()
+	n := 0
+	for res.Next() {
+		n++
+	}
+	return time.Since(t0), n, res.Err()
+}
+
+// pointLookups is the median time of SELECT * … WHERE id = $1 at random
+// ids (the primary key), prepared once.
+func pointLookups(ctx context.Context, sess *query.Session, cfg QueryConfig) (time.Duration, error) {
+	st, err := sess.Prepare(ctx, "SELECT * FROM transfer WHERE id = $1")
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	rng := rand.New(rand.NewPCG(cfg.Seed, 7))
+	var times []time.Duration
+	for range max(cfg.Runs*4, 20) {
+		d, n, err := timedQuery(ctx, sess, st, int64(rng.IntN(cfg.Rows)))
+		if err != nil {
+			return 0, err
+		}
+		if n > 1 { // 0 for the 1% of ids the delta deleted
+			return 0, fmt.Errorf("point lookup: %d rows for one key", n)
+		}
+		times = append(times, d)
+	}
+	slices.Sort(times)
+	return times[len(times)/2], nil
+}
+
+// selectiveScans is the median time of an aggregate over 1% of the rows,
+// a range of id (the load writes ids in order, so the range is clustered).
+func selectiveScans(ctx context.Context, sess *query.Session, cfg QueryConfig) (time.Duration, error) {
+	st, err := sess.Prepare(ctx, "SELECT count(*), sum(amount) FROM transfer WHERE id >= $1 AND id < $2")
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	rng := rand.New(rand.NewPCG(cfg.Seed, 8))
+	span := max(cfg.Rows/100, 1)
+	var times []time.Duration
+	for range cfg.Runs {
+		lo := int64(rng.IntN(max(cfg.Rows-span, 1)))
+		d, _, err := timedQuery(ctx, sess, st, lo, lo+int64(span))
+		if err != nil {
+			return 0, err
+		}
+		times = append(times, d)
+	}
+	slices.Sort(times)
+	return times[len(times)/2], nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

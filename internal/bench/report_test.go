@@ -149,7 +149,8 @@ func TestQueryBenchSmall(t *testing.T) {
 	if err := Query(t.Context(), r, cfg); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"vfor_overhead_ratio", "delta_slowdown_ratio", "scan_rows_per_sec", "vs_duckdb_native_ratio"} {
+	for _, k := range []string{"vfor_overhead_ratio", "delta_slowdown_ratio", "scan_rows_per_sec", "vs_duckdb_native_ratio",
+		"vs_duckdb_native_ratio_static", "point_lookup_ms", "selective_scan_ms"} {
 		if v, ok := r.Get(k); !ok || v.(float64) <= 0 {
 			t.Fatalf("figure %s = %v:\n%s", k, v, out.String())
 		}
