@@ -1,7 +1,9 @@
 package pgwire
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"encoding/base64"
 	"errors"
@@ -106,10 +108,12 @@ func (c *clientConn) authenticate(user string) error {
 	}
 	creds, known := users[user]
 	if !known {
-		// Run the exchange anyway with a random verifier, so the reply does
-		// not say which user names exist.
-		salt := make([]byte, 16)
-		rand.Read(salt)
+		// Run the exchange anyway against a verifier no password matches,
+		// with a salt as stable as a real user's, so the replies do not say
+		// which user names exist.
+		mac := hmac.New(sha256.New, c.srv.saltKey)
+		mac.Write([]byte(user))
+		salt := mac.Sum(nil)[:16]
 		creds = scram.StoredCredentials{KeyFactors: scram.KeyFactors{Salt: string(salt), Iters: scramIterations}, StoredKey: make([]byte, 32), ServerKey: make([]byte, 32)}
 	}
 	srv, err := scram.SHA256.NewServer(func(string) (scram.StoredCredentials, error) { return creds, nil })

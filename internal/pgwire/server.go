@@ -40,6 +40,9 @@ type Server struct {
 	opts   Options
 	log    *slog.Logger
 	ln     net.Listener
+	// saltKey makes the salts of unknown users: stable per name, like a
+	// real user's, so the exchange does not tell which names exist.
+	saltKey []byte
 
 	mu      sync.Mutex
 	conns   map[uint32]*clientConn // by backend pid, for cancel requests
@@ -61,7 +64,8 @@ func Listen(addr string, engine *query.Engine, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgwire: listen on %s: %w", addr, err)
 	}
-	s := &Server{engine: engine, opts: opts, log: log.With("component", "pgwire"), ln: ln, conns: map[uint32]*clientConn{}}
+	s := &Server{engine: engine, opts: opts, log: log.With("component", "pgwire"), ln: ln, conns: map[uint32]*clientConn{}, saltKey: make([]byte, 32)}
+	rand.Read(s.saltKey)
 	if !isLoopback(ln.Addr()) && len(opts.Users) == 0 {
 		s.log.Warn("the SQL endpoint is reachable beyond this machine and asks no password: anyone who can reach it can read every table; configure sql_users (or RETINA_SQL_USER and RETINA_SQL_PASSWORD)", "addr", ln.Addr().String())
 	}
@@ -127,6 +131,7 @@ type portal struct {
 	args    []any
 	formats []int16
 	res     *query.Result
+	done    bool // ran to completion: a further Execute returns no rows
 }
 
 func (p *portal) close() {
@@ -162,6 +167,9 @@ func (c *clientConn) cancelRunning() {
 func (s *Server) handle(ctx context.Context, nc net.Conn) {
 	cc := &clientConn{srv: s, net: nc, be: pgproto3.NewBackend(nc, nc), stmts: map[string]*prepared{}, portals: map[string]*portal{}}
 	defer func() { cc.net.Close() }()
+	// A client has this long to start, negotiate TLS and log in, as
+	// PostgreSQL's authentication_timeout gives it.
+	nc.SetDeadline(time.Now().Add(authTimeout))
 	startup, err := cc.startup()
 	if err != nil || startup == nil {
 		if err != nil && !errors.Is(err, io.EOF) {
@@ -175,6 +183,7 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 		cc.sendFatal(err)
 		return
 	}
+	cc.net.SetDeadline(time.Time{})
 	sess, err := s.engine.NewSession(ctx)
 	if err != nil {
 		cc.sendError(err)
@@ -190,6 +199,8 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 		sess.Close() // ends a read transaction's snapshot too
 	}()
 	cc.applyStartupParameters(startup.Parameters)
+	cc.secret = make([]byte, 4) // before the cancel map can hand cc out
+	rand.Read(cc.secret)
 	s.mu.Lock()
 	s.nextPID++
 	cc.pid = s.nextPID
@@ -200,8 +211,6 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 		delete(s.conns, cc.pid)
 		s.mu.Unlock()
 	}()
-	cc.secret = make([]byte, 4)
-	rand.Read(cc.secret)
 	cc.be.Send(&pgproto3.AuthenticationOk{})
 	for _, name := range reportedParameters {
 		v, _ := sess.Settings().Get(name)
@@ -272,11 +281,9 @@ func (c *clientConn) startup() (*pgproto3.StartupMessage, error) {
 				return nil, err
 			}
 			tc := tls.Server(c.net, c.srv.opts.TLS)
-			c.net.SetDeadline(time.Now().Add(30 * time.Second))
 			if err := tc.Handshake(); err != nil {
 				return nil, fmt.Errorf("TLS handshake: %w", err)
 			}
-			c.net.SetDeadline(time.Time{})
 			c.net = tc
 			c.be = pgproto3.NewBackend(tc, tc)
 		case *pgproto3.GSSEncRequest:
@@ -379,6 +386,10 @@ func (c *clientConn) loop(ctx context.Context) error {
 
 var errProtocol = errors.New("pgwire: protocol violation")
 
+// authTimeout bounds the start of a session (PostgreSQL's
+// authentication_timeout default).
+const authTimeout = time.Minute
+
 // errStatementTimeout cancels a statement that ran past statement_timeout.
 var errStatementTimeout = errors.New("canceling statement due to statement timeout")
 
@@ -416,9 +427,14 @@ func (c *clientConn) receive() (pgproto3.FrontendMessage, error) {
 // run executes one statement with cancellation wired to cancel requests
 // and statement_timeout.
 func (c *clientConn) run(ctx context.Context, st *query.Statement, args []any) (*query.Result, context.CancelFunc, error) {
-	rctx, cancel := context.WithCancel(ctx)
+	var (
+		rctx   context.Context
+		cancel context.CancelFunc
+	)
 	if d := c.sess.Settings().Duration("statement_timeout"); d > 0 {
 		rctx, cancel = context.WithTimeoutCause(ctx, d, errStatementTimeout)
+	} else {
+		rctx, cancel = context.WithCancel(ctx)
 	}
 	c.runMu.Lock()
 	c.running = cancel
@@ -471,6 +487,9 @@ func (c *clientConn) simpleStatement(ctx context.Context, text string) error {
 	}
 	defer c.clearRunning(cancel)
 	defer res.Close()
+	if res.Tag == "COMMIT" || res.Tag == "ROLLBACK" {
+		c.closePortals() // a transaction's portals end with it
+	}
 	if st.Copy != nil {
 		return c.sendCopy(res, *st.Copy)
 	}
@@ -553,8 +572,8 @@ func (c *clientConn) sendRows(res *query.Result, formats []int16, max int) (more
 		return false, err
 	}
 	tag := []byte(res.Tag)
-	if res.Tag == "SELECT" || res.Tag == "FETCH" { // PostgreSQL counts rows for these, not for SHOW
-		tag = fmt.Appendf(nil, "%s %d", res.Tag, res.Rows())
+	if res.Tag == "SELECT" || res.Tag == "FETCH" { // PostgreSQL counts this Execute's rows, not for SHOW
+		tag = fmt.Appendf(nil, "%s %d", res.Tag, sent)
 	}
 	c.be.Send(&pgproto3.CommandComplete{CommandTag: tag})
 	return false, nil
@@ -601,7 +620,11 @@ func (c *clientConn) parse(ctx context.Context, m *pgproto3.Parse) error {
 			p.paramOIDs[i] = m.ParameterOIDs[i]
 		}
 	}
-	c.closeStatement(m.Name) // the unnamed statement is replaced; PostgreSQL refuses a named one twice
+	if _, exists := c.stmts[m.Name]; exists && m.Name != "" {
+		st.Close()
+		return fmt.Errorf("%w: prepared statement %q already exists", errDuplicate, m.Name)
+	}
+	c.closeStatement(m.Name) // the unnamed statement is replaced
 	c.stmts[m.Name] = p
 	return nil
 }
@@ -620,10 +643,25 @@ func (c *clientConn) closePortal(name string) {
 	}
 }
 
-func (c *clientConn) closePortals() {
-	for name := range c.portals {
-		c.closePortal(name)
+func (c *clientConn) closePortals() { c.closePortalsExcept(nil) }
+
+func (c *clientConn) closePortalsExcept(keep *portal) {
+	for name, pt := range c.portals {
+		if pt != keep {
+			c.closePortal(name)
+		}
 	}
+}
+
+// completedTag is the tag of a portal Executed again after it finished.
+func completedTag(st *query.Statement) string {
+	switch {
+	case st.Copy != nil:
+		return "COPY 0"
+	case st.Columns != nil:
+		return "SELECT 0"
+	}
+	return ""
 }
 
 func (c *clientConn) bind(m *pgproto3.Bind) error {
@@ -634,11 +672,18 @@ func (c *clientConn) bind(m *pgproto3.Bind) error {
 	if len(m.Parameters) != len(p.paramOIDs) {
 		return fmt.Errorf("%w: %d parameters for %d placeholders", errProtocol, len(m.Parameters), len(p.paramOIDs))
 	}
+	for _, codes := range [][]int16{m.ParameterFormatCodes, m.ResultFormatCodes} {
+		for _, f := range codes {
+			if f != 0 && f != 1 {
+				return fmt.Errorf("%w: format code %d (0 is text, 1 binary)", errProtocol, f)
+			}
+		}
+	}
 	args := make([]any, len(m.Parameters))
 	for i, raw := range m.Parameters {
 		v, err := decodeParam(raw, p.paramOIDs[i], formatFor(m.ParameterFormatCodes, i))
 		if err != nil {
-			return fmt.Errorf("parameter $%d: %w", i+1, err)
+			return fmt.Errorf("%w: parameter $%d: %w", errBadParam, i+1, err)
 		}
 		args[i] = v
 	}
@@ -650,6 +695,8 @@ func (c *clientConn) bind(m *pgproto3.Bind) error {
 var (
 	errUndefined = errors.New("pgwire: undefined object")
 	errNoPortal  = errors.New("pgwire: undefined portal")
+	errDuplicate = errors.New("pgwire: duplicate prepared statement")
+	errBadParam  = errors.New("pgwire: invalid parameter value")
 )
 
 func (c *clientConn) describe(m *pgproto3.Describe) error {
@@ -668,7 +715,7 @@ func (c *clientConn) describe(m *pgproto3.Describe) error {
 		}
 		p, formats = pt.stmt, pt.formats
 	}
-	if p.stmt.Columns == nil {
+	if p.stmt.Columns == nil || p.stmt.Copy != nil {
 		c.be.Send(&pgproto3.NoData{})
 		return nil
 	}
@@ -687,22 +734,33 @@ func (c *clientConn) execute(ctx context.Context, m *pgproto3.Execute) error {
 		c.be.Send(&pgproto3.EmptyQueryResponse{})
 		return nil
 	}
+	if pt.done {
+		// PostgreSQL runs a portal once; another Execute finds it spent.
+		c.be.Send(&pgproto3.CommandComplete{CommandTag: []byte(completedTag(pt.stmt.stmt))})
+		return nil
+	}
 	if pt.res == nil {
 		res, cancel, err := c.run(ctx, pt.stmt.stmt, pt.args)
 		if err != nil {
+			pt.done = true
 			return err
 		}
 		c.clearRunning(cancel)
 		pt.res = res
+		if res.Tag == "COMMIT" || res.Tag == "ROLLBACK" {
+			c.closePortalsExcept(pt) // a transaction's portals end with it
+		}
 	}
 	if pt.stmt.stmt.Copy != nil {
 		err := c.sendCopy(pt.res, *pt.stmt.stmt.Copy)
 		pt.close()
+		pt.done = true
 		return err
 	}
 	more, err := c.sendRows(pt.res, pt.formats, int(m.MaxRows))
 	if err != nil || !more {
 		pt.close()
+		pt.done = true
 	}
 	return err
 }
@@ -731,6 +789,10 @@ func sqlState(err error) string {
 		return "26000" // invalid_sql_statement_name
 	case errors.Is(err, errNoPortal):
 		return "34000" // invalid_cursor_name
+	case errors.Is(err, errDuplicate):
+		return "42P05" // duplicate_prepared_statement
+	case errors.Is(err, errBadParam):
+		return "22P02" // invalid_text_representation
 	case errors.Is(err, errProtocol):
 		return "08P01" // protocol_violation
 	case errors.Is(err, errAuth):

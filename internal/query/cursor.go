@@ -80,6 +80,10 @@ func (s *Session) declare(ctx context.Context, st *Statement, args []any) (*Resu
 	if err != nil {
 		return nil, err
 	}
+	if inner.kind != stmtQuery || inner.Copy != nil {
+		inner.Close()
+		return nil, &Error{Code: "42601", Err: fmt.Errorf("DECLARE CURSOR: a cursor is declared for a query")}
+	}
 	res, err := s.Execute(ctx, inner, args)
 	if err != nil {
 		inner.Close()

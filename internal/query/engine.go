@@ -71,6 +71,7 @@ type Engine struct {
 
 	viewsMu sync.Mutex
 	viewsAt uint64          // catalog version the views match
+	viewsOf string          // the table definitions they match
 	views   map[string]bool // lower-case table names with a view
 
 	rowsRead, rowsOut atomic.Int64
@@ -197,6 +198,34 @@ func (e *Engine) syncViews(ctx context.Context) error {
 	if e.viewsAt == snap.Version() && e.viewsAt != 0 {
 		return nil
 	}
+	// Most catalog changes are files coming and going (every flush): the
+	// views and the PostgreSQL catalogs follow the tables' definitions only.
+	var fp strings.Builder
+	for _, t := range snap.Tables() {
+		fmt.Fprintf(&fp, "%d:%s:%d:%d;", t.ID, t.Name, t.SchemaVersion, len(t.Schema.Indexes))
+	}
+	if fp.String() == e.viewsOf && e.viewsAt != 0 {
+		e.viewsAt = snap.Version()
+		return nil
+	}
+	// One transaction: a session reading the catalogs meanwhile sees them
+	// before or after, never half refilled.
+	if _, err := e.admin.ExecContext(ctx, "BEGIN TRANSACTION"); err != nil {
+		return fmt.Errorf("query: refresh the views: %w", err)
+	}
+	if err := e.refreshViews(ctx, snap); err != nil {
+		e.admin.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		return err
+	}
+	if _, err := e.admin.ExecContext(ctx, "COMMIT"); err != nil {
+		return fmt.Errorf("query: refresh the views: %w", err)
+	}
+	e.viewsAt, e.viewsOf = snap.Version(), fp.String()
+	return nil
+}
+
+// refreshViews rewrites the views and catalogs for snap's tables.
+func (e *Engine) refreshViews(ctx context.Context, snap *catalog.Snapshot) error {
 	want := map[string]bool{}
 	schemas := map[string]bool{userSchema: true}
 	for _, t := range snap.Tables() {
@@ -225,7 +254,7 @@ func (e *Engine) syncViews(ctx context.Context) error {
 	if err := fillCatalogs(ctx, e.admin, snap.Tables()); err != nil {
 		return err
 	}
-	e.views, e.viewsAt = want, snap.Version()
+	e.views = want
 	return nil
 }
 

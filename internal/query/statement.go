@@ -25,6 +25,8 @@ const (
 	stmtDeclare                     // DECLARE name CURSOR FOR query
 	stmtFetch                       // FETCH or MOVE
 	stmtCloseCursor                 // CLOSE name
+	stmtSavepoint                   // SAVEPOINT or RELEASE: nothing to keep in a read-only transaction
+	stmtRollbackTo                  // ROLLBACK TO SAVEPOINT: the transaction goes on
 )
 
 // Statement is one prepared statement, described in engine-neutral terms:
@@ -43,19 +45,26 @@ type Statement struct {
 	kind    stmtKind
 	setting settingStmt
 	wait    waitCall
-	// DECLARE, FETCH and CLOSE: the cursor, the declared query, the fetch.
+	// DECLARE, FETCH and CLOSE: the cursor, the declared query, the fetch;
+	// SAVEPOINT and RELEASE: the tag, in cursor.
 	cursor    string
 	innerText string
 	fetch     fetchCall
 	duck      *duckdb.Stmt
 	busy      bool // duck's result is still open
+	closing   bool // Close came while busy: the result's end closes duck
 }
 
 // Empty reports a statement of nothing but blanks and comments.
 func (st *Statement) Empty() bool { return st.kind == stmtEmpty }
 
-// Close releases the statement's plan.
+// Close releases the statement's plan, once a result still open on it
+// (a suspended portal's) is closed.
 func (st *Statement) Close() error {
+	if st.busy {
+		st.closing = true
+		return nil
+	}
 	if st.duck == nil {
 		return nil
 	}
@@ -70,7 +79,7 @@ func (st *Statement) Close() error {
 func (s *Session) Prepare(ctx context.Context, text string) (*Statement, error) {
 	st := &Statement{Text: text, sess: s}
 	word := firstWord(text)
-	if s.Failed() && word != "ROLLBACK" && word != "ABORT" && word != "COMMIT" && word != "END" {
+	if s.Failed() && word != "ROLLBACK" && word != "ABORT" && word != "COMMIT" && word != "END" && word != "RELEASE" {
 		return nil, errAborted
 	}
 	switch word {
@@ -86,7 +95,15 @@ func (s *Session) Prepare(ctx context.Context, text string) (*Statement, error) 
 		st.kind = stmtCommit
 		return st, nil
 	case "ROLLBACK", "ABORT":
+		if words := strings.Fields(strings.ToUpper(stripLeadingComments(text))); len(words) > 1 && words[1] == "TO" {
+			st.kind = stmtRollbackTo
+			return st, nil
+		}
 		st.kind = stmtRollback
+		return st, nil
+	case "SAVEPOINT", "RELEASE":
+		st.kind = stmtSavepoint
+		st.cursor = word // the tag
 		return st, nil
 	case "SET", "RESET", "SHOW":
 		set, ok, err := parseSetting(text, func(name string) bool { _, ok := s.settings.lookup(name); return ok })
@@ -125,6 +142,9 @@ func (s *Session) Prepare(ctx context.Context, text string) (*Statement, error) 
 				return nil, err
 			}
 			inner.Close()
+			if inner.kind != stmtQuery || inner.Copy != nil {
+				return nil, &Error{Code: "42601", Err: fmt.Errorf("DECLARE CURSOR: a cursor is declared for a query")}
+			}
 			st.kind, st.cursor, st.innerText, st.Params = stmtDeclare, cursorName(m[1]), m[4], inner.Params
 			return st, nil
 		}
@@ -154,9 +174,6 @@ func (s *Session) Prepare(ctx context.Context, text string) (*Statement, error) 
 			st.kind, st.wait, st.Columns = stmtWait, w, waitColumns
 			return st, nil
 		}
-	}
-	if len(SplitStatements(text)) > 1 {
-		return nil, &Error{Code: "42601", Err: fmt.Errorf("cannot insert multiple commands into a prepared statement")}
 	}
 	if err := s.e.syncViews(ctx); err != nil {
 		return nil, err
@@ -216,10 +233,29 @@ func (st *Statement) rename(p parsed, text string) {
 	}
 }
 
+// errMultiple refuses a text of several statements where one is prepared.
+var errMultiple = &Error{Code: "42601", Err: errors.New("cannot insert multiple commands into a prepared statement")}
+
+// prepareDuck plans one statement in DuckDB and refuses it unless it only
+// reads. The driver's Prepare takes exactly one statement, as DuckDB's
+// own parser splits the text (PrepareContext would run all but the last
+// of several, before any check).
 func (s *Session) prepareDuck(ctx context.Context, text string) (*duckdb.Stmt, error) {
-	ds, err := s.conn.PrepareContext(ctx, text)
+	ds, err := s.conn.Prepare(text)
 	if err != nil {
+		if strings.Contains(err.Error(), "multi-statement") {
+			return nil, errMultiple
+		}
 		return nil, engineError(err)
+	}
+	if bindsWithSession(text) {
+		// A table function that reads the session's settings binds with
+		// the statement's context, which only PrepareContext passes; the
+		// text is one statement, as Prepare found.
+		ds.Close()
+		if ds, err = s.conn.PrepareContext(ctx, text); err != nil {
+			return nil, engineError(err)
+		}
 	}
 	duck, ok := ds.(*duckdb.Stmt)
 	if !ok {
@@ -231,6 +267,12 @@ func (s *Session) prepareDuck(ctx context.Context, text string) (*duckdb.Stmt, e
 		return nil, err
 	}
 	return duck, nil
+}
+
+// bindsWithSession reports a statement that reads pg_settings.
+func bindsWithSession(text string) bool {
+	lower := strings.ToLower(text)
+	return strings.Contains(lower, "pg_settings") || strings.Contains(lower, "retina_settings")
 }
 
 // describe reads the plan's placeholder and column types.
@@ -272,10 +314,24 @@ func (s *Session) Execute(ctx context.Context, st *Statement, args []any) (*Resu
 		return nil, fmt.Errorf("query: statement %q belongs to another session", st.Text)
 	}
 	s.e.statements.Add(1)
-	if s.Failed() && st.kind != stmtCommit && st.kind != stmtRollback {
+	if s.Failed() && st.kind != stmtCommit && st.kind != stmtRollback && st.kind != stmtRollbackTo {
 		return nil, errAborted
 	}
 	switch st.kind {
+	case stmtSavepoint:
+		if s.tx == nil {
+			return nil, &Error{Code: "25P01", Err: fmt.Errorf("%s can only be used in transaction blocks", st.cursor)}
+		}
+		return &Result{Tag: st.cursor}, nil
+	case stmtRollbackTo:
+		// A read-only transaction has nothing to undo: a failed one goes
+		// on, as after PostgreSQL's ROLLBACK TO (psql's ON_ERROR_ROLLBACK,
+		// pgjdbc's autosave).
+		if s.tx == nil {
+			return nil, &Error{Code: "25P01", Err: fmt.Errorf("ROLLBACK TO SAVEPOINT can only be used in transaction blocks")}
+		}
+		s.failed = false
+		return &Result{Tag: "ROLLBACK"}, nil
 	case stmtEmpty:
 		return &Result{Tag: ""}, nil
 	case stmtBegin:
@@ -344,12 +400,21 @@ func (s *Session) Execute(ctx context.Context, st *Statement, args []any) (*Resu
 		end()
 		return nil, engineError(err)
 	}
+	// DuckDB has the whole result now: the snapshot can end here, so a
+	// suspended portal does not hold LWM (a transaction's view ends with
+	// the transaction).
+	end()
 	res := &Result{Columns: st.Columns, Tag: "SELECT", rows: rows, cur: make([]any, len(st.Columns))}
 	if own {
-		res.end = func() { duck.Close(); end() }
+		res.end = func() { duck.Close() }
 	} else {
 		st.busy = true
-		res.end = func() { st.busy = false; end() }
+		res.end = func() {
+			st.busy = false
+			if st.closing {
+				st.Close()
+			}
+		}
 	}
 	return res, nil
 }
