@@ -46,6 +46,17 @@ var comparer = func() *pebble.Comparer {
 	c := *pebble.DefaultComparer
 	c.Name = comparerName
 	c.Split = split
+	// Pebble requires every key it compares, the ones it makes for index
+	// blocks and seeks too, to order as "prefix by split, then version".
+	// The default comparer shortens keys to any bytes in between, which
+	// split would cut in the wrong place; so separators and successors are
+	// the keys themselves, and a prefix's immediate successor is the
+	// prefix with the largest version suffix (no stored version is 0).
+	c.Separator = func(dst, a, _ []byte) []byte { return append(dst, a...) }
+	c.Successor = func(dst, a []byte) []byte { return append(dst, a...) }
+	c.ImmediateSuccessor = func(dst, prefix []byte) []byte {
+		return append(append(dst, prefix...), 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF)
+	}
 	return &c
 }()
 
