@@ -25,15 +25,7 @@ import (
 // serve starts the endpoint on 127.0.0.1 for the node.
 func serve(t *testing.T, n *server.Node) string {
 	t.Helper()
-	srv, err := pgwire.Listen("127.0.0.1:0", n.Engine, pgwire.Options{Logger: servertest.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { srv.Serve(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return "postgres://retina@" + srv.Addr() + "/retina?sslmode=disable"
+	return "postgres://retina@" + serveWith(t, n, pgwire.Options{}) + "/retina?sslmode=disable"
 }
 
 func connect(t *testing.T, url string) *pgx.Conn {

@@ -166,11 +166,6 @@ func (e *Engine) viewAsOf(ctx context.Context, setting string) (*readView, error
 		return nil, err
 	}
 	v.frozen = fs
-	e.readers.mu.Lock()
-	if e.readers.all == nil {
-		e.readers.all = map[*readView]struct{}{}
-	}
-	e.readers.all[v] = struct{}{}
-	e.readers.mu.Unlock()
+	e.readers.add(v)
 	return v, nil
 }

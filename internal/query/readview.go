@@ -90,13 +90,18 @@ func (e *Engine) beginView(ctx context.Context) (*readView, error) {
 		return nil, err
 	}
 	v := &readView{ts: q.Snapshot, handle: q.Handle, began: time.Now()}
-	e.readers.mu.Lock()
-	if e.readers.all == nil {
-		e.readers.all = map[*readView]struct{}{}
-	}
-	e.readers.all[v] = struct{}{}
-	e.readers.mu.Unlock()
+	e.readers.add(v)
 	return v, nil
+}
+
+// add tracks a view until endView.
+func (r *readViews) add(v *readView) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.all == nil {
+		r.all = map[*readView]struct{}{}
+	}
+	r.all[v] = struct{}{}
 }
 
 // endView ends a view: its snapshot, unless a checkpoint released it, and
