@@ -49,6 +49,28 @@ func TestSchemasKeepTablesApart(t *testing.T) {
 	if got := strings.Join(listed, ", "); got != "public.account true, sales.account false" {
 		t.Fatalf("pg_class: %s", got)
 	}
+	// search_path: unqualified names are looked for in its schemas, in
+	// order; a common table expression is never taken for a table.
+	for _, step := range []struct {
+		path, q string
+		want    string
+	}{
+		{"sales, public", "SELECT sum(balance)::text || ' ' || current_schema() FROM account", "50 sales"},
+		{"public, sales", "SELECT sum(balance)::text || ' ' || current_schema FROM account", "10 public"},
+		{`"$user", sales`, "SELECT count(*)::text FROM account", "2"},
+		{"sales", "WITH account AS (SELECT 7 AS balance) SELECT sum(balance)::text FROM account", "7"},
+	} {
+		if _, err := c.Exec(ctx, "SET search_path TO "+step.path); err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		if err := c.QueryRow(ctx, step.q).Scan(&got); err != nil || got != step.want {
+			t.Errorf("search_path %s: %s: %q (%v), want %q", step.path, step.q, got, err, step.want)
+		}
+	}
+	if _, err := c.Exec(ctx, "RESET search_path"); err != nil {
+		t.Fatal(err)
+	}
 	var schemas string
 	if err := c.QueryRow(ctx, "SELECT string_agg(table_schema || '.' || table_name, ',' ORDER BY table_schema) FROM information_schema.tables").Scan(&schemas); err != nil || schemas != "public.account,sales.account" {
 		t.Fatalf("information_schema.tables: %q %v", schemas, err)

@@ -330,6 +330,7 @@ var pgFunctions = []string{
 	`current_setting(name) AS retina_current_setting(name),
 		(name, missing_ok) AS CASE WHEN missing_ok THEN retina_current_setting_or_null(name) ELSE retina_current_setting(name) END`,
 	`current_user() AS retina_session_user()`,
+	`current_schema() AS retina_current_schema()`,
 	`session_user() AS retina_session_user()`,
 	`"user"() AS retina_session_user()`,
 	`current_role() AS retina_session_user()`,

@@ -69,6 +69,15 @@ var sessionFunctions = map[string]sessionScalar{
 		}
 		return nil, nil
 	}},
+	"retina_current_schema": {args: 0, fn: func(s *Settings, _ []driver.Value) (any, error) {
+		v, _ := s.Get("search_path")
+		for _, item := range splitSearchPath(v) {
+			if item != "$user" && item != "pg_catalog" && item != "" {
+				return item, nil
+			}
+		}
+		return userSchema, nil
+	}},
 	"retina_session_user": {args: 0, fn: func(s *Settings, _ []driver.Value) (any, error) {
 		v, _ := s.Get("session_authorization")
 		if v == "" {

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/duckdb/duckdb-go/v2"
+
+	"github.com/retinadb/retina/internal/catalog"
 )
 
 // A SELECT is parsed by DuckDB (json_serialize_sql) before it is planned,
@@ -112,7 +114,8 @@ func (s *Session) parse(ctx context.Context, text string, rewrite bool) (parsed,
 	if doc, err = decode(); err != nil {
 		return out, err
 	}
-	if !rewriteCatalogRefs(obj(arr(doc["statements"])[0]), text) {
+	rw := &rewriter{text: text, path: s.searchPath(), has: func(name string) bool { _, ok := s.e.cfg.Catalog.Snapshot().Table(name); return ok }}
+	if !rw.rewriteCatalogRefs(obj(arr(doc["statements"])[0])) {
 		return out, nil
 	}
 	clampLocations(doc)
@@ -172,10 +175,25 @@ func (s *Session) scalarString(ctx context.Context, q string, arg string) (strin
 	return fmt.Sprint(dst[0]), nil
 }
 
+// rewriter rewrites one statement's tree.
+type rewriter struct {
+	text string // the statement the tree was parsed from
+	// path are the schemas an unqualified table is looked for in (the
+	// session's search_path beyond public); has says whether Retina has a
+	// table of that catalog name.
+	path []string
+	has  func(name string) bool
+	ctes map[string]bool // names of common table expressions, never tables
+}
+
 // rewriteCatalogRefs points catalog references of a tree at Retina's
-// catalogs; it reports whether anything changed. text is the statement the
-// tree was parsed from.
-func rewriteCatalogRefs(n any, text string) bool {
+// catalogs and unqualified tables at their schema on the search path; it
+// reports whether anything changed.
+func (r *rewriter) rewriteCatalogRefs(n any) bool {
+	if len(r.path) > 0 {
+		r.ctes = map[string]bool{}
+		collectCTEs(n, r.ctes)
+	}
 	changed := false
 	var walk func(v any) any
 	walk = func(v any) any {
@@ -186,9 +204,9 @@ func rewriteCatalogRefs(n any, text string) bool {
 			}
 			return x
 		case map[string]any:
-			if r, ok := rewriteNode(x, text); ok {
+			if y, ok := r.rewriteNode(x); ok {
 				changed = true
-				x = r
+				x = y
 			}
 			for k, child := range x {
 				x[k] = walk(child)
@@ -201,13 +219,44 @@ func rewriteCatalogRefs(n any, text string) bool {
 	return changed
 }
 
+// collectCTEs gathers the names of the tree's common table expressions.
+func collectCTEs(v any, out map[string]bool) {
+	switch x := v.(type) {
+	case []any:
+		for _, c := range x {
+			collectCTEs(c, out)
+		}
+	case map[string]any:
+		if m := obj(x["cte_map"]); m != nil {
+			for _, e := range arr(m["map"]) {
+				out[strings.ToLower(str(obj(e)["key"]))] = true
+			}
+		}
+		for _, c := range x {
+			collectCTEs(c, out)
+		}
+	}
+}
+
 // rewriteNode rewrites one node, or reports it unchanged.
-func rewriteNode(x map[string]any, text string) (map[string]any, bool) {
+func (r *rewriter) rewriteNode(x map[string]any) (map[string]any, bool) {
+	text := r.text
 	switch {
 	case str(x["type"]) == "BASE_TABLE":
 		schema, table := strings.ToLower(str(x["schema_name"])), strings.ToLower(str(x["table_name"]))
 		target := ""
 		switch {
+		case schema == "" && str(x["catalog_name"]) == "" && len(r.path) > 0 && !r.ctes[table] && !strings.HasPrefix(table, "pg_"):
+			// The first schema of the search path that has the table; a
+			// table of public needs nothing (every session works there).
+			for _, s := range r.path {
+				if r.has(catalog.TableName(s, table)) {
+					if s != catalog.DefaultSchema {
+						target = s
+					}
+					break
+				}
+			}
 		case schema == "pg_catalog" && catalogTables[catalogSchema][table]:
 			target = catalogSchema
 		case schema == "information_schema" && catalogTables[infoSchema][table]:
@@ -255,7 +304,7 @@ func rewriteNode(x map[string]any, text string) (map[string]any, bool) {
 			return nil, false
 		}
 		switch name := strings.ToLower(str(names[0])); name {
-		case "current_user", "session_user", "current_role":
+		case "current_user", "session_user", "current_role", "current_schema":
 			c := call(name, nil)
 			c["arguments"] = []any{}
 			c["alias"] = name

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/retinadb/retina/internal/catalog"
 )
 
 // ErrSetting is a SET the session refuses: an unknown parameter, a value
@@ -107,6 +109,44 @@ func params(idleInTxn time.Duration) []param {
 		{name: "transaction_read_only", def: "on", readOnly: true},
 		{name: "default_transaction_read_only", def: "on", readOnly: true},
 	}
+}
+
+// searchPath is the session's search_path as the schemas to look in, in
+// order ("$user" and pg_catalog left out); nil when it names none but
+// public, where every session works anyway.
+func (s *Session) searchPath() []string {
+	v, _ := s.settings.Get("search_path")
+	var out []string
+	others := false
+	for _, item := range splitSearchPath(v) {
+		switch item {
+		case "$user", "pg_catalog", "":
+			continue
+		case catalog.DefaultSchema:
+		default:
+			others = true
+		}
+		out = append(out, item)
+	}
+	if !others {
+		return nil
+	}
+	return out
+}
+
+// splitSearchPath reads a search_path value: names separated by commas,
+// folded to lower case unless double-quoted.
+func splitSearchPath(v string) []string {
+	var out []string
+	for _, part := range strings.Split(v, ",") {
+		part = strings.TrimSpace(part)
+		if len(part) >= 2 && part[0] == '"' && part[len(part)-1] == '"' {
+			out = append(out, strings.ReplaceAll(part[1:len(part)-1], `""`, `"`))
+			continue
+		}
+		out = append(out, strings.ToLower(part))
+	}
+	return out
 }
 
 // asOfSetting makes a session read the past (history.go).

@@ -179,7 +179,7 @@ func (s *Session) Prepare(ctx context.Context, text string) (*Statement, error) 
 		return nil, err
 	}
 	ctx = withSettings(ctx, s.settings)
-	if !mayNeedRewrite(text) {
+	if !mayNeedRewrite(text) && s.searchPath() == nil {
 		// The common case plans the text as written, and parses it only if
 		// a column needs PostgreSQL's name.
 		duck, err := s.prepareDuck(ctx, text)
