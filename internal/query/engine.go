@@ -45,6 +45,8 @@ type Config struct {
 	Catalog Catalog
 	Txn     txn.Service
 	Scanner *scan.Scanner
+	// Index serves point lookups by primary key (nil: every query scans).
+	Index KeyIndex
 	// Threads is DuckDB's worker count (default GOMAXPROCS).
 	Threads int
 	// MemoryLimit is DuckDB's memory_limit setting, e.g. "4GB" (default: DuckDB's).
@@ -76,6 +78,8 @@ type Engine struct {
 
 	rowsRead, rowsOut atomic.Int64
 	statements        atomic.Uint64
+	lookups           atomic.Uint64
+	lookupScans       atomic.Uint64
 	readers           readViews
 	history           history
 }
@@ -183,6 +187,9 @@ func (e *Engine) register() error {
 			return fmt.Errorf("query: register %s: %w", name, err)
 		}
 	}
+	if err := duckdb.RegisterTableUDF(e.admin, "retina_lookup", e.lookupFunction()); err != nil {
+		return fmt.Errorf("query: register retina_lookup: %w", err)
+	}
 	if err := duckdb.RegisterTableUDF(e.admin, "retina_settings", settingsFunction()); err != nil {
 		return fmt.Errorf("query: register retina_settings: %w", err)
 	}
@@ -265,11 +272,15 @@ func quoteLiteral(s string) string { return `'` + strings.ReplaceAll(s, `'`, `''
 type Stats struct {
 	Statements        uint64
 	RowsRead, RowsOut int64
+	// PointLookups went through the index; PointLookupScans had to scan
+	// (a checkpointed view, a row moved meanwhile).
+	PointLookups, PointLookupScans uint64
 }
 
 // Stats returns the counters.
 func (e *Engine) Stats() Stats {
-	return Stats{Statements: e.statements.Load(), RowsRead: e.rowsRead.Load(), RowsOut: e.rowsOut.Load()}
+	return Stats{Statements: e.statements.Load(), RowsRead: e.rowsRead.Load(), RowsOut: e.rowsOut.Load(),
+		PointLookups: e.lookups.Load(), PointLookupScans: e.lookupScans.Load()}
 }
 
 // Close shuts DuckDB down and ends the history's pins.

@@ -27,8 +27,9 @@ import (
 
 // parsed is a statement as DuckDB parsed it.
 type parsed struct {
-	stmt map[string]any // the one statement's tree; nil if DuckDB could not serialize it
-	text string         // SQL to plan: the rewritten tree, or the original text
+	stmt     map[string]any // the one statement's tree; nil if DuckDB could not serialize it
+	text     string         // SQL to plan: the rewritten tree, or the original text
+	describe string         // SQL that describes the statement's parameters and columns
 }
 
 // rewriteWords are what a statement needing a rewrite mentions: catalog
@@ -58,6 +59,12 @@ func mayNeedRewrite(text string) bool {
 	return false
 }
 
+// mayBePointLookup reports a statement that may select by key equality.
+func mayBePointLookup(text string) bool {
+	lower := strings.ToLower(text)
+	return strings.Contains(lower, "where") && strings.Contains(lower, "=")
+}
+
 // plainNames reports columns DuckDB named as PostgreSQL would: every name
 // an identifier, as DuckDB gives a column reference or an alias. A
 // constant true, false or null is named by its text, not as PostgreSQL
@@ -80,7 +87,7 @@ func plainNames(cols []Column) bool {
 // parse serializes text's tree and, when rewrite is set, rewrites it where
 // needed and returns the SQL to plan.
 func (s *Session) parse(ctx context.Context, text string, rewrite bool) (parsed, error) {
-	out := parsed{text: text}
+	out := parsed{text: text, describe: text}
 	raw, err := s.scalarString(ctx, "SELECT json_serialize_sql($1::VARCHAR)", text)
 	if err != nil {
 		return out, err
@@ -109,28 +116,58 @@ func (s *Session) parse(ctx context.Context, text string, rewrite bool) (parsed,
 	if !rewrite {
 		return out, nil
 	}
-	// The rewrite works on a second copy: columns are named by what the
-	// client wrote.
-	if doc, err = decode(); err != nil {
+	// The rewrite works on a copy: columns are named by what the client
+	// wrote.
+	snap := s.e.cfg.Catalog.Snapshot()
+	rw := &rewriter{text: text, path: s.searchPath(), has: func(name string) bool { _, ok := snap.Table(name); return ok }}
+	if s.e.cfg.Index != nil {
+		rw.pointKey = func(name string) (string, bool) {
+			t, ok := snap.Table(name)
+			if !ok || len(t.Schema.PrimaryKey) != 1 || t.Schema.GeneratedKey {
+				return "", false
+			}
+			c := t.Schema.ColumnIndex(t.Schema.PrimaryKey[0])
+			return t.Schema.PrimaryKey[0], c >= 0 && pointLookupKind(t.Schema.Columns[c].Type)
+		}
+	}
+	if out.text, err = s.rewritten(ctx, text, decode, rw); err != nil {
 		return out, err
 	}
-	rw := &rewriter{text: text, path: s.searchPath(), has: func(name string) bool { _, ok := s.e.cfg.Catalog.Snapshot().Table(name); return ok }}
+	out.describe = out.text
+	if rw.lookups > 0 {
+		// DuckDB cannot type a table function's result before its
+		// arguments' values are known: the statement is described by the
+		// same rewrite without point lookups.
+		rw.pointKey, rw.lookups = nil, 0
+		if out.describe, err = s.rewritten(ctx, text, decode, rw); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// rewritten is text's tree rewritten by rw, as SQL (text itself when
+// nothing changed).
+func (s *Session) rewritten(ctx context.Context, text string, decode func() (map[string]any, error), rw *rewriter) (string, error) {
+	doc, err := decode()
+	if err != nil {
+		return "", err
+	}
 	if !rw.rewriteCatalogRefs(obj(arr(doc["statements"])[0])) {
-		return out, nil
+		return text, nil
 	}
 	clampLocations(doc)
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(doc); err != nil {
-		return out, err
+		return "", err
 	}
 	sql, err := s.scalarString(ctx, "SELECT json_deserialize_sql($1::JSON)", buf.String())
 	if err != nil {
-		return out, fmt.Errorf("query: rewriting %q for Retina's catalogs: %w", text, err)
+		return "", fmt.Errorf("query: rewriting %q for Retina's catalogs: %w", text, err)
 	}
-	out.text = sql
-	return out, nil
+	return sql, nil
 }
 
 // scalarString runs a one-value query on the session's connection; the
@@ -184,16 +221,18 @@ type rewriter struct {
 	path []string
 	has  func(name string) bool
 	ctes map[string]bool // names of common table expressions, never tables
+	// pointKey is the primary-key column of a table point lookups serve
+	// (lookup.go), by catalog name.
+	pointKey func(name string) (string, bool)
+	lookups  int // point lookups rewritten
 }
 
 // rewriteCatalogRefs points catalog references of a tree at Retina's
 // catalogs and unqualified tables at their schema on the search path; it
 // reports whether anything changed.
 func (r *rewriter) rewriteCatalogRefs(n any) bool {
-	if len(r.path) > 0 {
-		r.ctes = map[string]bool{}
-		collectCTEs(n, r.ctes)
-	}
+	r.ctes = map[string]bool{}
+	collectCTEs(n, r.ctes)
 	changed := false
 	var walk func(v any) any
 	walk = func(v any) any {
@@ -219,6 +258,129 @@ func (r *rewriter) rewriteCatalogRefs(n any) bool {
 	return changed
 }
 
+// resolve is the catalog name an unqualified or schema-qualified table
+// reference means, if Retina has that table.
+func (r *rewriter) resolve(schema, table string) (string, bool) {
+	if schema != "" {
+		name := catalog.TableName(schema, table)
+		return name, r.has(name)
+	}
+	if r.ctes[table] {
+		return "", false
+	}
+	for _, s := range r.path {
+		if name := catalog.TableName(s, table); r.has(name) {
+			return name, true
+		}
+	}
+	return table, r.has(table)
+}
+
+// pointLookup reads a SELECT of one Retina table whose WHERE says its
+// primary key equals a constant or a parameter through retina_lookup.
+func (r *rewriter) pointLookup(x map[string]any) (map[string]any, bool) {
+	from := obj(x["from_table"])
+	if str(from["type"]) != "BASE_TABLE" || str(from["catalog_name"]) != "" || len(arr(from["column_name_alias"])) > 0 {
+		return nil, false
+	}
+	table := str(from["table_name"])
+	name, ok := r.resolve(strings.ToLower(str(from["schema_name"])), strings.ToLower(table))
+	if !ok {
+		return nil, false
+	}
+	pk, ok := r.pointKey(name)
+	if !ok {
+		return nil, false
+	}
+	ref := str(from["alias"])
+	if ref == "" {
+		ref = table
+	}
+	value := keyEquality(obj(x["where_clause"]), pk, ref)
+	if value == nil {
+		return nil, false
+	}
+	key := map[string]any{"class": "CAST", "type": "OPERATOR_CAST", "alias": "", "query_location": json.Number("0"),
+		"try_cast": false, "child": cloneTree(value),
+		"type_expr": map[string]any{"class": "TYPE", "type": "TYPE", "alias": "", "catalog": "", "schema": "",
+			"type_name": "VARCHAR", "children": []any{}, "qualified_name": map[string]any{"path": []any{"VARCHAR"}},
+			"query_location": json.Number("0")}}
+	fn := callIn("", "retina_lookup", map[string]any{"class": "CONSTANT", "type": "VALUE_CONSTANT", "alias": "",
+		"query_location": json.Number("0"), "literal": map[string]any{"kind": "STRING", "text": name}})
+	fn["arguments"] = append(arr(fn["arguments"]), map[string]any{"name": "", "expression": key})
+	r.lookups++
+	x["from_table"] = map[string]any{"type": "TABLE_FUNCTION", "alias": ref, "sample": nil,
+		"query_location": json.Number("0"), "function": fn, "column_name_alias": []any{},
+		"with_ordinality": "WITHOUT_ORDINALITY"}
+	return x, true
+}
+
+// keyEquality finds, among the top-level conjuncts of where, column = value
+// for the key column (bare or qualified by ref) and a constant or
+// parameter value, and returns the value.
+func keyEquality(where map[string]any, column, ref string) map[string]any {
+	if where == nil {
+		return nil
+	}
+	if str(where["type"]) == "CONJUNCTION_AND" {
+		for _, c := range arr(where["children"]) {
+			if v := keyEquality(obj(c), column, ref); v != nil {
+				return v
+			}
+		}
+		return nil
+	}
+	if str(where["type"]) != "COMPARE_EQUAL" {
+		return nil
+	}
+	isKey := func(e map[string]any) bool {
+		names := arr(e["column_names"])
+		if str(e["class"]) != "COLUMN_REF" || len(names) == 0 || len(names) > 2 || !strings.EqualFold(str(names[len(names)-1]), column) {
+			return false
+		}
+		return len(names) == 1 || strings.EqualFold(str(names[0]), ref)
+	}
+	isValue := func(e map[string]any) bool {
+		switch str(e["class"]) {
+		case "PARAMETER":
+			return true
+		case "CONSTANT":
+			return str(obj(e["literal"])["kind"]) != "NULL" && e["literal"] != nil
+		case "CAST":
+			c := obj(e["child"])
+			return str(c["class"]) == "PARAMETER" || str(c["class"]) == "CONSTANT"
+		}
+		return false
+	}
+	l, rt := obj(where["left"]), obj(where["right"])
+	switch {
+	case isKey(l) && isValue(rt):
+		return rt
+	case isKey(rt) && isValue(l):
+		return l
+	}
+	return nil
+}
+
+// cloneTree copies a parse tree.
+func cloneTree(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, c := range x {
+			out[k] = cloneTree(c)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, c := range x {
+			out[i] = cloneTree(c)
+		}
+		return out
+	}
+	return v
+}
+
 // collectCTEs gathers the names of the tree's common table expressions.
 func collectCTEs(v any, out map[string]bool) {
 	switch x := v.(type) {
@@ -242,6 +404,8 @@ func collectCTEs(v any, out map[string]bool) {
 func (r *rewriter) rewriteNode(x map[string]any) (map[string]any, bool) {
 	text := r.text
 	switch {
+	case str(x["type"]) == "SELECT_NODE" && r.pointKey != nil:
+		return r.pointLookup(x)
 	case str(x["type"]) == "BASE_TABLE":
 		schema, table := strings.ToLower(str(x["schema_name"])), strings.ToLower(str(x["table_name"]))
 		target := ""

@@ -179,7 +179,7 @@ func (s *Session) Prepare(ctx context.Context, text string) (*Statement, error) 
 		return nil, err
 	}
 	ctx = withSettings(ctx, s.settings)
-	if !mayNeedRewrite(text) && s.searchPath() == nil {
+	if !mayNeedRewrite(text) && !mayBePointLookup(text) && s.searchPath() == nil {
 		// The common case plans the text as written, and parses it only if
 		// a column needs PostgreSQL's name.
 		duck, err := s.prepareDuck(ctx, text)
@@ -206,15 +206,31 @@ func (s *Session) Prepare(ctx context.Context, text string) (*Statement, error) 
 	if err != nil {
 		return nil, err
 	}
+	if p.describe != p.text {
+		// A point lookup's plan cannot type its result before execution:
+		// the plan without it describes the statement.
+		d, err := s.prepareDuck(ctx, p.describe)
+		if err != nil {
+			return nil, err
+		}
+		st.duck = d
+		err = st.describe()
+		d.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
 	st.plan = p.text
 	duck, err := s.prepareDuck(ctx, st.plan)
 	if err != nil {
 		return nil, err
 	}
 	st.duck = duck
-	if err := st.describe(); err != nil {
-		duck.Close()
-		return nil, err
+	if p.describe == p.text {
+		if err := st.describe(); err != nil {
+			duck.Close()
+			return nil, err
+		}
 	}
 	st.rename(p, text)
 	return st, nil
@@ -399,6 +415,14 @@ func (s *Session) Execute(ctx context.Context, st *Statement, args []any) (*Resu
 		}
 		end()
 		return nil, engineError(err)
+	}
+	if n := len(rows.Columns()); n != len(st.Columns) {
+		rows.Close()
+		if own {
+			duck.Close()
+		}
+		end()
+		return nil, fmt.Errorf("query: %q returned %d columns where its plan has %d; prepare it again", st.Text, n, len(st.Columns))
 	}
 	// DuckDB has the whole result now: the snapshot can end here, so a
 	// suspended portal does not hold LWM (a transaction's view ends with
