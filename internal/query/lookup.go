@@ -45,27 +45,11 @@ func (e *Engine) lookupFunction() duckdb.RowTableFunction {
 		BindArgumentsContext: func(ctx context.Context, _ map[string]any, args ...any) (duckdb.RowTableSource, error) {
 			name, _ := args[0].(string)
 			key, hasKey := args[1].(string)
-			view, hasView := viewOf(ctx)
-			snap := e.cfg.Catalog.Snapshot()
-			if hasView {
-				snap = view.catalogFor(e.cfg.Catalog)
+			b, err := e.bindTable(ctx, name)
+			if err != nil {
+				return nil, err
 			}
-			t, ok := snap.Table(name)
-			if !ok {
-				return nil, fmt.Errorf("query: table %q does not exist", name)
-			}
-			src := &lookupSource{e: e, ctx: ctx, table: t, snap: snap, key: key, hasKey: hasKey}
-			if hasView {
-				src.view = view
-			}
-			for _, c := range t.Schema.Columns {
-				ti, err := duckType(c.Type)
-				if err != nil {
-					return nil, err
-				}
-				src.infos = append(src.infos, duckdb.ColumnInfo{Name: c.Name, T: ti})
-			}
-			return src, nil
+			return &lookupSource{e: e, ctx: ctx, table: b.table, snap: b.snap, view: b.view, key: key, hasKey: hasKey, infos: b.infos}, nil
 		},
 	}
 }

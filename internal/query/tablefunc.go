@@ -76,27 +76,44 @@ func (e *Engine) scanFunction() duckdb.ParallelChunkTableFunction {
 		Config: duckdb.TableFunctionConfig{Arguments: []duckdb.TypeInfo{varchar}},
 		BindArgumentsContext: func(ctx context.Context, _ map[string]any, args ...any) (duckdb.ParallelChunkTableSource, error) {
 			name, _ := args[0].(string)
-			view, hasView := viewOf(ctx)
-			snap := e.cfg.Catalog.Snapshot()
-			if hasView {
-				snap = view.catalogFor(e.cfg.Catalog)
+			b, err := e.bindTable(ctx, name)
+			if err != nil {
+				return nil, err
 			}
-			t, ok := snap.Table(name)
-			if !ok {
-				return nil, fmt.Errorf("query: table %q does not exist", name)
-			}
-			src := &tableSource{e: e, table: t, files: snap.LiveFiles(t.ID), view: view}
-			src.ctx = ctx
-			for _, c := range t.Schema.Columns {
-				ti, err := duckType(c.Type)
-				if err != nil {
-					return nil, err
-				}
-				src.infos = append(src.infos, duckdb.ColumnInfo{Name: c.Name, T: ti})
-			}
-			return src, nil
+			return &tableSource{e: e, table: b.table, files: b.snap.LiveFiles(b.table.ID), view: b.view, ctx: ctx, infos: b.infos}, nil
 		},
 	}
+}
+
+// boundTable is what a table function binds to: the table as the
+// statement's view sees it, and its columns in DuckDB's types.
+type boundTable struct {
+	view  *readView // nil while DuckDB only prepares the statement
+	snap  *catalog.Snapshot
+	table *catalog.Table
+	infos []duckdb.ColumnInfo
+}
+
+func (e *Engine) bindTable(ctx context.Context, name string) (boundTable, error) {
+	var b boundTable
+	view, hasView := viewOf(ctx)
+	b.snap = e.cfg.Catalog.Snapshot()
+	if hasView {
+		b.view, b.snap = view, view.catalogFor(e.cfg.Catalog)
+	}
+	t, ok := b.snap.Table(name)
+	if !ok {
+		return b, fmt.Errorf("query: table %q does not exist", name)
+	}
+	b.table = t
+	for _, c := range t.Schema.Columns {
+		ti, err := duckType(c.Type)
+		if err != nil {
+			return b, err
+		}
+		b.infos = append(b.infos, duckdb.ColumnInfo{Name: c.Name, T: ti})
+	}
+	return b, nil
 }
 
 // tableSource is one invocation of retina_scan.
