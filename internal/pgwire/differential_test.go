@@ -111,9 +111,6 @@ func sqlLiteral(v any) string {
 }
 
 func TestDifferentialAgainstPostgreSQL(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a PostgreSQL cluster")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	pg, err := pgtest.Start(ctx, pgtest.Options{})
