@@ -30,15 +30,21 @@ const (
 	compatPassword = "compat pass"
 )
 
+// decimalAccountCols is account with a numeric(12,2) balance, as the
+// client and differential tests load it.
+func decimalAccountCols() []catalog.Column {
+	return []catalog.Column{
+		{Name: "id", Type: types.Of(types.Int64)},
+		{Name: "owner", Type: types.Of(types.String), Nullable: true},
+		{Name: "balance", Type: types.DecimalOf(12, 2)},
+	}
+}
+
 // compatServer serves ten accounts and ten orders, with a password.
 func compatServer(t *testing.T) (host, port string) {
 	t.Helper()
 	n := servertest.OpenNode(t)
-	acct := servertest.CreateTable(t, n, "account", []catalog.Column{
-		{Name: "id", Type: types.Of(types.Int64)},
-		{Name: "owner", Type: types.Of(types.String), Nullable: true},
-		{Name: "balance", Type: types.DecimalOf(12, 2)},
-	}, "id")
+	acct := servertest.CreateTable(t, n, "account", decimalAccountCols(), "id")
 	ord := servertest.CreateTable(t, n, "orders", []catalog.Column{
 		{Name: "oid", Type: types.Of(types.Int64)},
 		{Name: "account_id", Type: types.Of(types.Int64)},

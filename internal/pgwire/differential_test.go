@@ -143,11 +143,7 @@ func TestDifferentialAgainstPostgreSQL(t *testing.T) {
 
 	// Retina.
 	n := servertest.OpenNode(t)
-	acct := servertest.CreateTable(t, n, "account", []catalog.Column{
-		{Name: "id", Type: types.Of(types.Int64)},
-		{Name: "owner", Type: types.Of(types.String), Nullable: true},
-		{Name: "balance", Type: types.DecimalOf(12, 2)},
-	}, "id")
+	acct := servertest.CreateTable(t, n, "account", decimalAccountCols(), "id")
 	ord := servertest.CreateTable(t, n, "orders", []catalog.Column{
 		{Name: "oid", Type: types.Of(types.Int64)},
 		{Name: "account_id", Type: types.Of(types.Int64)},
