@@ -13,6 +13,7 @@ package diskengine
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -57,6 +58,7 @@ type Engine struct {
 	errMu  sync.Mutex
 	err    error
 	closed atomic.Bool
+	forgot atomic.Uint64
 }
 
 type table struct {
@@ -131,6 +133,19 @@ func Open(opts Options) (*Engine, error) {
 }
 
 func (e *Engine) readTxnRecords() error {
+	v, closer, err := e.db.Get([]byte{keyForgot})
+	switch {
+	case err == nil:
+		if len(v) != 8 {
+			closer.Close()
+			return fmt.Errorf("storage engine: %s: the forgotten-through mark is malformed; the data directory is corrupt", e.dir)
+		}
+		e.forgot.Store(binary.BigEndian.Uint64(v))
+		e.lastTS = e.forgot.Load()
+		closer.Close()
+	case !errors.Is(err, pebble.ErrNotFound):
+		return fmt.Errorf("storage engine: %s: %w", e.dir, err)
+	}
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixTxn}, UpperBound: []byte{prefixTxn + 1}})
 	if err != nil {
 		return fmt.Errorf("storage engine: %s: %w", e.dir, err)
@@ -326,14 +341,23 @@ func (e *Engine) WaitDurable(ctx context.Context, ts uint64) error {
 // ForgetThrough drops txn records at or below ts: the caller promises
 // recovery will never need to take those transactions out.
 func (e *Engine) ForgetThrough(ts uint64) error {
-	if ts == 0 {
+	if ts <= e.forgot.Load() {
 		return nil
 	}
-	if err := e.db.DeleteRange(txnKey(0), txnKey(ts+1), pebble.NoSync); err != nil {
+	b := e.db.NewBatch()
+	defer b.Close()
+	_ = b.DeleteRange(txnKey(0), txnKey(ts+1), nil)
+	_ = b.Set([]byte{keyForgot}, binary.BigEndian.AppendUint64(nil, ts), nil)
+	if err := b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("storage engine: %s: drop txn records through %d: %w", e.dir, ts, err)
 	}
+	e.forgot.Store(ts)
 	return nil
 }
+
+// ForgottenThrough is the mark of the last ForgetThrough: transactions at
+// or below it have no txn record, so Recovered does not list them.
+func (e *Engine) ForgottenThrough() uint64 { return e.forgot.Load() }
 
 // Close syncs and closes Pebble.
 func (e *Engine) Close() error {

@@ -10,6 +10,7 @@ import (
 //	row version   'r' | uvarint len(table) | table | esc(pk) | ^cts uint64
 //	index entry   'i' | uvarint len(table) | table | uvarint len(index) | index | esc(sec) | esc(pk)
 //	txn record    'x' | cts uint64
+//	forgotten     'f'  (value: uint64, txn records through it were dropped)
 //
 // esc(b) writes b with 0x00 as 0x00 0xFF and ends with 0x00 0x01, which
 // keeps byte order and makes every key a prefix-free, ordered encoding.
@@ -27,6 +28,7 @@ const (
 	prefixRow   = 'r'
 	prefixIndex = 'i'
 	prefixTxn   = 'x'
+	keyForgot   = 'f'
 	kindPut     = 0
 	kindDelete  = 1
 )

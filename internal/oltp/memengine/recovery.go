@@ -117,6 +117,16 @@ func (e *Engine) Recovered() []engine.Recovered {
 	return out
 }
 
+// CheckpointTS is the timestamp of the checkpoint Open recovered from (0:
+// none): every transaction at or below it is in the checkpoint, not in the
+// list Recovered returns. Valid before Start.
+func (e *Engine) CheckpointTS() uint64 {
+	if e.recovery == nil || e.recovery.ckpt == nil {
+		return 0
+	}
+	return e.recovery.ckpt.ts
+}
+
 // Start applies the recovered state minus what d drops and starts serving.
 func (e *Engine) Start(ctx context.Context, d engine.Discard) error {
 	r := e.recovery

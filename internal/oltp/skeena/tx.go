@@ -1,0 +1,334 @@
+package skeena
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/retinadb/retina/internal/oltp/csr"
+	"github.com/retinadb/retina/internal/oltp/engine"
+)
+
+// Tx is a transaction over both engines. It is not safe for concurrent use.
+type Tx struct {
+	s        *Store
+	iso      engine.Isolation
+	anchor   uint64 // anchor (memory) snapshot
+	mem      engine.Tx
+	disk     engine.Tx
+	storage  uint64 // selected storage snapshot (valid when disk != nil)
+	selected bool   // registered in Store.active
+	c1, c2   uint64 // cross-engine commit timestamps while in flight
+	done     bool
+}
+
+// TxOptions override the store's defaults for one transaction.
+type TxOptions struct {
+	Isolation engine.Isolation
+}
+
+// Begin starts a transaction at the newest anchor snapshot with the store's
+// isolation level.
+func (s *Store) Begin() *Tx {
+	return s.BeginTx(TxOptions{Isolation: s.iso})
+}
+
+// BeginTx starts a transaction with opts.
+func (s *Store) BeginTx(opts TxOptions) *Tx {
+	return &Tx{s: s, iso: opts.Isolation, anchor: s.mem.LatestSnapshot()}
+}
+
+// AnchorSnapshot is the memory-engine snapshot the transaction reads.
+func (tx *Tx) AnchorSnapshot() uint64 { return tx.anchor }
+
+// sub returns the sub-transaction of the engine holding table, starting it
+// (and, for storage, selecting its snapshot) on first use.
+func (tx *Tx) sub(ctx context.Context, table string) (engine.Tx, error) {
+	if tx.done {
+		return nil, engine.ErrTxDone
+	}
+	p, err := tx.s.engineOf(table)
+	if err != nil {
+		return nil, err
+	}
+	if p == Memory {
+		if tx.mem == nil {
+			tx.mem = tx.s.mem.Begin(tx.anchor, tx.iso)
+		}
+		return tx.mem, nil
+	}
+	if tx.disk == nil {
+		v, err := tx.s.selectSnapshot(ctx, tx.anchor)
+		if err != nil {
+			return nil, err
+		}
+		tx.storage, tx.selected = v, !tx.s.noCSR
+		tx.disk = tx.s.disk.Begin(v, tx.iso)
+	}
+	return tx.disk, nil
+}
+
+// selectSnapshot picks the storage snapshot for anchor snapshot a through
+// the registry and records it; the caller must release it (unselect).
+func (s *Store) selectSnapshot(ctx context.Context, a uint64) (uint64, error) {
+	if s.noCSR {
+		return s.disk.LatestSnapshot(), nil
+	}
+	for {
+		s.csrMu.Lock()
+		b, err := s.reg.Bounds(a)
+		if err != nil {
+			s.csrMu.Unlock()
+			return 0, fmt.Errorf("skeena: anchor snapshot %d: %w (%v)", a, engine.ErrSnapshotUnavailable, err)
+		}
+		v := b.Lower
+		if !b.Existing {
+			latest := s.disk.LatestSnapshot()
+			if latest < b.Lower {
+				// A cross-engine commit the anchor snapshot includes is
+				// still being applied in storage.
+				s.csrMu.Unlock()
+				if err := s.disk.WaitVisible(ctx, b.Lower); err != nil {
+					return 0, fmt.Errorf("skeena: wait for storage snapshot %d: %w", b.Lower, err)
+				}
+				continue
+			}
+			v = min(latest, b.Upper)
+			if err := s.reg.Select(a, v); err != nil {
+				s.csrMu.Unlock()
+				return 0, fmt.Errorf("skeena: anchor snapshot %d: %w (%v)", a, engine.ErrSnapshotUnavailable, err)
+			}
+		}
+		s.active[a]++
+		s.csrMu.Unlock()
+		return v, nil
+	}
+}
+
+func (tx *Tx) unselect() {
+	if !tx.selected {
+		return
+	}
+	tx.selected = false
+	s := tx.s
+	s.csrMu.Lock()
+	if s.active[tx.anchor]--; s.active[tx.anchor] <= 0 {
+		delete(s.active, tx.anchor)
+	}
+	s.csrMu.Unlock()
+}
+
+// Get reads the row under key.
+func (tx *Tx) Get(ctx context.Context, table string, key []byte) ([]byte, bool, error) {
+	sub, err := tx.sub(ctx, table)
+	if err != nil {
+		return nil, false, err
+	}
+	return sub.Get(table, key)
+}
+
+// Scan calls fn for the rows with lo ≤ key < hi (hi nil: no bound) in key
+// order, by primary key (index "") or by a secondary index's key.
+func (tx *Tx) Scan(ctx context.Context, table, index string, lo, hi []byte, fn func(key, row []byte) bool) error {
+	sub, err := tx.sub(ctx, table)
+	if err != nil {
+		return err
+	}
+	return sub.Scan(table, index, lo, hi, fn)
+}
+
+// Put writes row under key.
+func (tx *Tx) Put(ctx context.Context, table string, key, row []byte) error {
+	sub, err := tx.sub(ctx, table)
+	if err != nil {
+		return err
+	}
+	return sub.Put(table, key, row)
+}
+
+// Delete removes the row under key.
+func (tx *Tx) Delete(ctx context.Context, table string, key []byte) error {
+	sub, err := tx.sub(ctx, table)
+	if err != nil {
+		return err
+	}
+	return sub.Delete(table, key)
+}
+
+// Rollback discards the transaction; a no-op after Commit.
+func (tx *Tx) Rollback() {
+	if tx.done {
+		return
+	}
+	tx.done = true
+	if tx.mem != nil {
+		tx.mem.Abort()
+	}
+	if tx.disk != nil {
+		tx.disk.Abort()
+	}
+	tx.unselect()
+}
+
+// Tags label what recovery must know of a logged sub-transaction:
+//
+//	'x' c1 c2   a cross-engine commit: present in both engines or dropped
+//	'r' a       a storage-only writer that read the anchor at snapshot a
+//	'w' v       a memory-only writer that read storage at snapshot v
+const (
+	tagCross        = 'x'
+	tagReadMemory   = 'r'
+	tagReadStorage  = 'w'
+	crossTagLen     = 17
+	readOnlyTagSize = 9
+)
+
+func crossTag(c1, c2 uint64) []byte {
+	b := make([]byte, 0, crossTagLen)
+	b = append(b, tagCross)
+	b = binary.BigEndian.AppendUint64(b, c1)
+	return binary.BigEndian.AppendUint64(b, c2)
+}
+
+func readTag(kind byte, ts uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{kind}, ts)
+}
+
+// Commit commits the transaction and returns once it is durable in every
+// engine it wrote and everything it read is durable too. A retryable
+// failure (engine.Retryable) means nothing was committed.
+func (tx *Tx) Commit(ctx context.Context) error {
+	if tx.done {
+		return engine.ErrTxDone
+	}
+	defer tx.unselect()
+	memW := tx.mem != nil && tx.mem.Writes()
+	diskW := tx.disk != nil && tx.disk.Writes()
+	both := tx.mem != nil && tx.disk != nil
+	if both && (memW && diskW || tx.iso == engine.Serializable) {
+		return tx.commitCross(ctx)
+	}
+	tx.done = true
+	// One engine to commit (or none); the other, if read, is released.
+	var readMem, readDisk uint64
+	if tx.mem != nil {
+		readMem = tx.anchor
+	}
+	if tx.disk != nil {
+		readDisk = tx.storage
+	}
+	switch {
+	case diskW:
+		if tx.mem != nil {
+			tx.mem.Abort()
+		}
+		c2, err := tx.disk.PreCommit()
+		if err != nil {
+			return err
+		}
+		var tag []byte
+		if tx.mem != nil {
+			tag = readTag(tagReadMemory, tx.anchor)
+		}
+		if err := tx.disk.PostCommit(tag); err != nil {
+			return err
+		}
+		return tx.s.ack(ctx, readMem, max(c2, readDisk), readMem, readDisk)
+	default:
+		if tx.disk != nil {
+			tx.disk.Abort()
+		}
+		if tx.mem == nil {
+			return tx.s.ack(ctx, 0, readDisk, 0, readDisk)
+		}
+		c1, err := tx.mem.PreCommit()
+		if err != nil {
+			return err
+		}
+		var tag []byte
+		if memW && tx.disk != nil {
+			tag = readTag(tagReadStorage, tx.storage)
+		}
+		if err := tx.mem.PostCommit(tag); err != nil {
+			return err
+		}
+		return tx.s.ack(ctx, max(c1, readMem), readDisk, readMem, readDisk)
+	}
+}
+
+// commitCross is the pipelined commit of a transaction over both engines.
+func (tx *Tx) commitCross(ctx context.Context) error {
+	tx.done = true
+	abort := func() {
+		tx.mem.Abort()
+		tx.disk.Abort()
+	}
+	c1, err := tx.mem.PreCommit()
+	if err != nil {
+		abort()
+		return err
+	}
+	c2, err := tx.disk.PreCommit()
+	if err != nil {
+		abort()
+		return err
+	}
+	tx.c1, tx.c2 = c1, c2
+	if !tx.s.noCSR {
+		tx.s.csrMu.Lock()
+		err = tx.s.reg.CommitCheck(c1, c2)
+		tx.s.csrMu.Unlock()
+		if err != nil {
+			abort()
+			if errors.Is(err, csr.ErrTooOld) {
+				return fmt.Errorf("skeena: commit %d→%d: %w (%v)", c1, c2, engine.ErrSnapshotUnavailable, err)
+			}
+			return fmt.Errorf("skeena: commit %d→%d: %w (%v)", c1, c2, engine.ErrCommitCheck, err)
+		}
+	}
+	// In flight from before either half is visible until both are durable.
+	tx.s.cross.add(tx)
+	tag := crossTag(c1, c2)
+	// Storage first: a reader whose anchor snapshot includes c1 must find
+	// c2 applied; the anchor makes the pair visible last.
+	if err := tx.disk.PostCommit(tag); err != nil {
+		tx.mem.Abort()
+		tx.s.cross.remove(tx)
+		return fmt.Errorf("skeena: cross-engine commit %d→%d: %w", c1, c2, err)
+	}
+	if tx.s.hook != nil {
+		tx.s.hook()
+	}
+	if err := tx.mem.PostCommit(tag); err != nil {
+		tx.s.cross.remove(tx)
+		return fmt.Errorf("skeena: cross-engine commit %d→%d: %w", c1, c2, err)
+	}
+	errMem := tx.s.mem.WaitDurable(ctx, max(c1, tx.anchor))
+	errDisk := tx.s.disk.WaitDurable(ctx, max(c2, tx.storage))
+	if errMem != nil || errDisk != nil {
+		// Still in flight: recovery decides its fate, and nothing that saw
+		// it is acknowledged meanwhile.
+		return fmt.Errorf("skeena: cross-engine commit %d→%d not known durable: %w", c1, c2, errors.Join(errMem, errDisk))
+	}
+	tx.s.cross.remove(tx)
+	return tx.s.cross.waitSettled(ctx, tx.anchor, tx.storage)
+}
+
+// ack waits until the memory engine is durable through mem and storage
+// through disk (0: nothing to wait for), and no cross-engine transaction
+// the snapshots read (anchor sRead, storage vRead; 0: not read) saw is
+// still half-durable.
+func (s *Store) ack(ctx context.Context, mem, disk, sRead, vRead uint64) error {
+	if mem > 0 && s.mem.DurableTS() < mem {
+		if err := s.mem.WaitDurable(ctx, mem); err != nil {
+			return fmt.Errorf("skeena: commit not known durable: %w", err)
+		}
+	}
+	if disk > 0 && s.disk.DurableTS() < disk {
+		if err := s.disk.WaitDurable(ctx, disk); err != nil {
+			return fmt.Errorf("skeena: commit not known durable: %w", err)
+		}
+	}
+	return s.cross.waitSettled(ctx, sRead, vRead)
+}
