@@ -10,6 +10,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+
+	"github.com/retinadb/retina/internal/pebblelog"
 )
 
 // Pebble key layout:
@@ -92,7 +94,7 @@ func openPebble(cfg Config) (*pebbleSPI, error) {
 		L0CompactionThreshold:       4,
 		L0StopWritesThreshold:       24,
 		DisableWAL:                  cfg.NoWAL,
-		Logger:                      slogPebble{cfg.Logger},
+		Logger:                      pebblelog.Logger{Log: cfg.Logger},
 	}
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
@@ -502,19 +504,4 @@ func (p *pebbleSPI) loadMI(fn func(miEntry)) error {
 		fn(e)
 	}
 	return it.Error()
-}
-
-// slogPebble routes Pebble's log lines to slog.
-type slogPebble struct{ log *slog.Logger }
-
-func (l slogPebble) Infof(format string, args ...any) {
-	l.log.Debug("pebble: " + fmt.Sprintf(format, args...))
-}
-func (l slogPebble) Errorf(format string, args ...any) {
-	l.log.Error("pebble: " + fmt.Sprintf(format, args...))
-}
-func (l slogPebble) Fatalf(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	l.log.Error("pebble: fatal: " + msg)
-	panic(errors.New("pebble: " + msg))
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/retinadb/retina/internal/oltp/engine"
 	"github.com/retinadb/retina/internal/oltp/tsorder"
+	"github.com/retinadb/retina/internal/pebblelog"
 )
 
 // Options configure an engine.
@@ -116,7 +117,7 @@ func Open(opts Options) (*Engine, error) {
 		e.locks[i].owner = make(map[string]*txState)
 	}
 	e.cache = pebble.NewCache(opts.CacheBytes)
-	popts := &pebble.Options{Cache: e.cache, MemTableSize: 64 << 20}
+	popts := &pebble.Options{Cache: e.cache, MemTableSize: 64 << 20, Logger: pebblelog.Logger{Log: opts.Logger}}
 	popts.EnsureDefaults()
 	db, err := pebble.Open(opts.Dir, popts)
 	if err != nil {
