@@ -323,7 +323,7 @@ func (tx *Tx) validate() error {
 	}
 	tx.e.inflightMu.Lock()
 	for o := range tx.e.inflight {
-		if o == tx || o.cts > tx.cts {
+		if o == tx || o.state.cts.Load() > tx.cts {
 			continue
 		}
 		for _, w := range o.writes {
