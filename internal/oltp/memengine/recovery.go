@@ -63,12 +63,19 @@ func recoverState(e *Engine) (*recovery, error) {
 			continue
 		}
 		path := filepath.Join(e.dir, segmentName(seq))
-		recs, torn, err := readSegment(path)
+		recs, valid, torn, err := readSegment(path)
 		if err != nil {
 			return nil, err
 		}
 		if torn && i != len(segs)-1 {
 			return nil, fmt.Errorf("memory engine: redo segment %s is corrupt before its end; restore the data directory from a backup", path)
+		}
+		if torn {
+			// Never acknowledged: the flusher syncs a block before the
+			// durable mark covers it.
+			if err := truncateTail(path, valid); err != nil {
+				return nil, err
+			}
 		}
 		for _, rec := range recs {
 			if r.ckpt != nil && rec.cts <= r.ckpt.ts {

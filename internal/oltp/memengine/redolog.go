@@ -312,41 +312,60 @@ func (l *redoLog) close() error {
 }
 
 // readSegment returns the records of one segment; torn reports a short or
-// corrupt block (the records before it are returned).
-func readSegment(path string) (recs []logRecord, torn bool, err error) {
+// corrupt block, valid the length of the blocks before it (whose records
+// are returned).
+func readSegment(path string) (recs []logRecord, valid int64, torn bool, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, false, fmt.Errorf("memory engine: open redo segment %s: %w", path, err)
+		return nil, 0, false, fmt.Errorf("memory engine: open redo segment %s: %w", path, err)
 	}
 	defer f.Close()
 	data, err := io.ReadAll(f)
 	if err != nil {
-		return nil, false, fmt.Errorf("memory engine: read redo segment %s: %w", path, err)
+		return nil, 0, false, fmt.Errorf("memory engine: read redo segment %s: %w", path, err)
 	}
 	for len(data) > 0 {
 		if len(data) < 8 {
-			return recs, true, nil
+			return recs, valid, true, nil
 		}
 		n := binary.LittleEndian.Uint32(data[0:])
 		sum := binary.LittleEndian.Uint32(data[4:])
 		if uint64(len(data)-8) < uint64(n) {
-			return recs, true, nil
+			return recs, valid, true, nil
 		}
 		payload := data[8 : 8+n]
 		if crc32.Checksum(payload, castagnoli) != sum {
-			return recs, true, nil
+			return recs, valid, true, nil
 		}
 		d := &decoder{b: payload}
 		for len(d.b) > 0 {
 			r, err := decodeRecord(d)
 			if err != nil {
-				return nil, false, fmt.Errorf("memory engine: redo segment %s: block with a valid checksum does not decode: %w", path, err)
+				return nil, 0, false, fmt.Errorf("memory engine: redo segment %s: block with a valid checksum does not decode: %w", path, err)
 			}
 			recs = append(recs, r)
 		}
 		data = data[8+n:]
+		valid += 8 + int64(n)
 	}
-	return recs, false, nil
+	return recs, valid, false, nil
+}
+
+// truncateTail cuts a torn tail off the last segment, so that segment
+// reads cleanly once newer segments follow it.
+func truncateTail(path string, valid int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("memory engine: open redo segment %s to cut its torn tail: %w", path, err)
+	}
+	defer f.Close()
+	if err := f.Truncate(valid); err != nil {
+		return fmt.Errorf("memory engine: cut the torn tail of redo segment %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("memory engine: sync redo segment %s: %w", path, err)
+	}
+	return nil
 }
 
 func syncDir(dir string) error {
