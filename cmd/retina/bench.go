@@ -42,6 +42,8 @@ func newBenchCommand() *cobra.Command {
 			bench.DefaultPostgresConfig(), postgresFlags, bench.Postgres),
 		benchSubcommand("crash", "Crash recovery: kill -9 retina serve again and again on a growing source; rows lost or doubled, invariants, restart time",
 			bench.DefaultCrashConfig(), crashFlags, bench.Crash),
+		benchSubcommand("skeena", "Skeena two-engine store: the cross-engine layer's overhead on memory-only and storage-only transactions, mixes of accesses across the engines (throughput, aborts, latency)",
+			bench.DefaultSkeenaConfig(), skeenaFlags, bench.Skeena),
 	)
 	return cmd
 }
@@ -211,4 +213,15 @@ func writeAllocProfile(path string) error {
 		return fmt.Errorf("memory profile %s: %w", path, err)
 	}
 	return f.Close()
+}
+
+func skeenaFlags(f *pflag.FlagSet, cfg *bench.SkeenaConfig) {
+	f.IntVar(&cfg.Rows, "rows", cfg.Rows, "rows per table (one table per engine)")
+	f.IntVar(&cfg.RowBytes, "row-bytes", cfg.RowBytes, "bytes per row")
+	f.IntVar(&cfg.Accesses, "accesses", cfg.Accesses, "record accesses per transaction")
+	f.IntVar(&cfg.WritePct, "write-pct", cfg.WritePct, "share of accesses that also update the row (%)")
+	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "concurrent transactions")
+	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of each measured interval")
+	f.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "alternating engine-alone/store rounds for the overhead ratios")
+	f.IntSliceVar(&cfg.Mixes, "mixes", cfg.Mixes, "storage share of accesses (%) for the mix figures")
 }

@@ -8,13 +8,16 @@
 //	commit   (c1, c2): a transaction committed at c1 in the anchor and c2 in
 //	         storage. A snapshot s sees it in both engines or in neither:
 //	         s ≥ c1 ⇒ v ≥ c2 and s < c1 ⇒ v < c2.
-//	snapshot (s, v):   a transaction reading at anchor snapshot s reads
-//	         storage at v. Later readers must agree: s' < s ⇒ v' ≤ v and
-//	         s' > s ⇒ v' ≥ v (no long fork between readers).
+//	snapshot (s, [lo, hi]): transactions reading at anchor snapshot s read
+//	         storage at versions from lo to hi. Readers at other anchors
+//	         must agree: s' < s ⇒ v' ≤ lo and s' > s ⇒ v' ≥ hi (no long
+//	         fork between readers). Readers at the same anchor need not
+//	         agree with each other, so when the anchor is idle storage-only
+//	         readers still read storage's newest snapshot.
 //
-// These rules make st non-decreasing in a over all points, so every
-// decision needs only the neighbours of a: the last point at or below it
-// and the first point above it.
+// These rules make storage timestamps non-decreasing in a over all points,
+// so every decision needs only the neighbours of a: the last point below
+// it (or a commit at it) and the first point above it.
 //
 // Points live in parts, each covering a contiguous anchor range; the last
 // part is open and new points with anchors above every part go there. A
@@ -45,9 +48,11 @@ func (k Kind) String() string {
 	return "snapshot"
 }
 
-// Point maps an anchor timestamp to a storage timestamp.
+// Point maps an anchor timestamp to a storage timestamp: c2 for a commit,
+// the highest selected version for a snapshot (Low is the lowest).
 type Point struct {
 	Anchor, Storage uint64
+	Low             uint64 // snapshot points only
 	Kind            Kind
 }
 
@@ -89,11 +94,9 @@ func New(partSize int) *Registry {
 }
 
 // Bounds is what a snapshot selection may choose: Lower ≤ v ≤ Upper.
-// Upper is ^uint64(0) when nothing above constrains it. Existing reports a
-// snapshot point already at this anchor, which must be reused.
+// Upper is ^uint64(0) when nothing above constrains it.
 type Bounds struct {
 	Lower, Upper uint64
-	Existing     bool
 }
 
 // Bounds returns the storage snapshots anchor snapshot s may read at.
@@ -102,15 +105,12 @@ func (r *Registry) Bounds(s uint64) (Bounds, error) {
 		return Bounds{}, fmt.Errorf("%w (snapshot %d, recycled through %d)", ErrTooOld, s, r.floor.Anchor)
 	}
 	b := Bounds{Upper: ^uint64(0)}
-	if p, ok := r.atOrBelow(Point{Anchor: s, Kind: Snapshot}); ok {
+	// Below: everything under s, and a commit at s (s sees it).
+	if p, ok := r.atOrBelow(Point{Anchor: s, Kind: Commit}); ok {
 		b.Lower = p.Storage
-		if p.Anchor == s && p.Kind == Snapshot {
-			b.Upper, b.Existing = p.Storage, true
-			return b, nil
-		}
 	}
 	if q, ok := r.above(Point{Anchor: s, Kind: Snapshot}); ok {
-		b.Upper = q.Storage
+		b.Upper = q.Low
 		if q.Kind == Commit {
 			b.Upper = q.Storage - 1
 		}
@@ -128,9 +128,11 @@ func (r *Registry) Select(s, v uint64) error {
 	if v < b.Lower || v > b.Upper {
 		return fmt.Errorf("%w: snapshot %d→%d outside [%d, %d]", ErrOrder, s, v, b.Lower, b.Upper)
 	}
-	if !b.Existing {
-		r.insert(Point{Anchor: s, Storage: v, Kind: Snapshot})
+	if p := r.find(Point{Anchor: s, Kind: Snapshot}); p != nil {
+		p.Low, p.Storage = min(p.Low, v), max(p.Storage, v)
+		return nil
 	}
+	r.insert(Point{Anchor: s, Storage: v, Low: v, Kind: Snapshot})
 	return nil
 }
 
@@ -148,7 +150,7 @@ func (r *Registry) CommitCheck(c1, c2 uint64) error {
 	if q, ok := r.above(Point{Anchor: c1 - 1, Kind: Snapshot}); ok {
 		bad := c2 >= q.Storage
 		if q.Kind == Snapshot {
-			bad = c2 > q.Storage
+			bad = c2 > q.Low
 		}
 		if bad || (q.Anchor == c1 && q.Kind == Commit) {
 			return fmt.Errorf("%w: commit %d→%d before %s %d→%d", ErrOrder, c1, c2, q.Kind, q.Anchor, q.Storage)
@@ -207,6 +209,22 @@ func (r *Registry) insert(p Point) {
 	copy(pts[j+1:], pts[j:])
 	pts[j] = p
 	r.parts[i].points = pts
+}
+
+// find returns the point equal to p in anchor and kind, or nil.
+func (r *Registry) find(p Point) *Point {
+	for i := len(r.parts) - 1; i >= 0; i-- {
+		pts := r.parts[i].points
+		if p.less(pts[0]) {
+			continue
+		}
+		j := sort.Search(len(pts), func(j int) bool { return !pts[j].less(p) })
+		if j < len(pts) && pts[j].Anchor == p.Anchor && pts[j].Kind == p.Kind {
+			return &pts[j]
+		}
+		return nil
+	}
+	return nil
 }
 
 // atOrBelow is the greatest point ≤ p (the floor when the parts hold none).

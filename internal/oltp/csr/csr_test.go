@@ -40,7 +40,7 @@ func TestRegistry(t *testing.T) {
 				if b.Upper != ^uint64(0) {
 					up = fmt.Sprint(b.Upper)
 				}
-				return fmt.Sprintf("[%d, %s] existing=%t", b.Lower, up, b.Existing)
+				return fmt.Sprintf("[%d, %s]", b.Lower, up)
 			case "select":
 				if err := r.Select(arg("s"), arg("v")); err != nil {
 					return "error: " + err.Error()
@@ -63,11 +63,11 @@ func TestRegistry(t *testing.T) {
 				for i, p := range r.parts {
 					fmt.Fprintf(&b, "part %d:", i)
 					for _, pt := range p.points {
-						c := "c"
 						if pt.Kind == Snapshot {
-							c = "s"
+							fmt.Fprintf(&b, " s%d→%d..%d", pt.Anchor, pt.Low, pt.Storage)
+						} else {
+							fmt.Fprintf(&b, " c%d→%d", pt.Anchor, pt.Storage)
 						}
-						fmt.Fprintf(&b, " %s%d→%d", c, pt.Anchor, pt.Storage)
 					}
 					b.WriteString("\n")
 				}

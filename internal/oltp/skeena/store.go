@@ -304,3 +304,8 @@ func (c *crossRegistry) waitSettled(ctx context.Context, s, v uint64) error {
 		}
 	}
 }
+
+// Engines returns the two engines behind the store, for benchmarks that
+// compare the store against an engine used alone. Transactions run on them
+// directly bypass the store's guarantees.
+func (s *Store) Engines() (memory, storage engine.Engine) { return s.mem, s.disk }

@@ -82,23 +82,20 @@ func (s *Store) selectSnapshot(ctx context.Context, a uint64) (uint64, error) {
 			s.csrMu.Unlock()
 			return 0, fmt.Errorf("skeena: anchor snapshot %d: %w (%v)", a, engine.ErrSnapshotUnavailable, err)
 		}
-		v := b.Lower
-		if !b.Existing {
-			latest := s.disk.LatestSnapshot()
-			if latest < b.Lower {
-				// A cross-engine commit the anchor snapshot includes is
-				// still being applied in storage.
-				s.csrMu.Unlock()
-				if err := s.disk.WaitVisible(ctx, b.Lower); err != nil {
-					return 0, fmt.Errorf("skeena: wait for storage snapshot %d: %w", b.Lower, err)
-				}
-				continue
+		latest := s.disk.LatestSnapshot()
+		if latest < b.Lower {
+			// A cross-engine commit the anchor snapshot includes is still
+			// being applied in storage.
+			s.csrMu.Unlock()
+			if err := s.disk.WaitVisible(ctx, b.Lower); err != nil {
+				return 0, fmt.Errorf("skeena: wait for storage snapshot %d: %w", b.Lower, err)
 			}
-			v = min(latest, b.Upper)
-			if err := s.reg.Select(a, v); err != nil {
-				s.csrMu.Unlock()
-				return 0, fmt.Errorf("skeena: anchor snapshot %d: %w (%v)", a, engine.ErrSnapshotUnavailable, err)
-			}
+			continue
+		}
+		v := min(latest, b.Upper)
+		if err := s.reg.Select(a, v); err != nil {
+			s.csrMu.Unlock()
+			return 0, fmt.Errorf("skeena: anchor snapshot %d: %w (%v)", a, engine.ErrSnapshotUnavailable, err)
 		}
 		s.active[a]++
 		s.csrMu.Unlock()
