@@ -221,7 +221,9 @@ func skeenaFlags(f *pflag.FlagSet, cfg *bench.SkeenaConfig) {
 	f.IntVar(&cfg.Accesses, "accesses", cfg.Accesses, "record accesses per transaction")
 	f.IntVar(&cfg.WritePct, "write-pct", cfg.WritePct, "share of accesses that also update the row (%)")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "concurrent transactions")
-	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of each measured interval")
-	f.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "alternating engine-alone/store rounds for the overhead ratios")
+	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of each overhead slice")
+	f.DurationVar(&cfg.MixDuration, "mix-duration", cfg.MixDuration, "length of each mix figure's run")
+	f.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "slices, engine alone and store side by side, for the overhead ratios")
 	f.IntSliceVar(&cfg.Mixes, "mixes", cfg.Mixes, "storage share of accesses (%) for the mix figures")
+	f.StringVar(&cfg.Dir, "dir", cfg.Dir, "where to make the data directory (default: a tmpfs if there is one, as the paper does to expose the layer's overhead; a disk path measures the device too)")
 }

@@ -10,6 +10,7 @@ import (
 	"math/rand"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,20 +21,25 @@ import (
 
 // SkeenaConfig sizes `retina bench skeena`.
 type SkeenaConfig struct {
-	Rows     int           // rows per table
-	RowBytes int           // bytes per row
-	Accesses int           // record accesses per transaction
-	WritePct int           // share of accesses that update the row
-	Workers  int           // concurrent transactions
-	Duration time.Duration // per measured interval
-	Rounds   int           // alternating rounds of engine-alone vs store for the overhead ratios
-	Mixes    []int         // storage share of accesses (%), one throughput figure each
+	Rows        int           // rows per table
+	RowBytes    int           // bytes per row
+	Accesses    int           // record accesses per transaction
+	WritePct    int           // share of accesses that update the row
+	Workers     int           // concurrent transactions
+	Duration    time.Duration // per overhead slice
+	MixDuration time.Duration // per mix figure
+	Rounds      int           // slices (engine alone and store side by side) for the overhead ratios
+	Mixes       []int         // storage share of accesses (%), one throughput figure each
+	// Dir is where the store's data directory is made. Empty: a tmpfs
+	// (/dev/shm) when there is one, as the paper does to expose the layer's
+	// overhead rather than the device's; else the system temp directory.
+	Dir string
 }
 
-// DefaultSkeenaConfig runs in about a minute.
+// DefaultSkeenaConfig runs in about forty seconds.
 func DefaultSkeenaConfig() SkeenaConfig {
 	return SkeenaConfig{Rows: 100_000, RowBytes: 100, Accesses: 10, WritePct: 20, Workers: 32,
-		Duration: 2 * time.Second, Rounds: 3, Mixes: []int{0, 20, 40, 60, 80, 100}}
+		Duration: 500 * time.Millisecond, Rounds: 24, MixDuration: 2 * time.Second, Mixes: []int{0, 20, 40, 60, 80, 100}}
 }
 
 // Skeena runs the paper's microbenchmarks on the two-engine store: memory-
@@ -42,12 +48,16 @@ func DefaultSkeenaConfig() SkeenaConfig {
 // mixes of accesses split between the engines: throughput, abort rate and
 // commit latency (acknowledged, i.e. durable) at each mix.
 func Skeena(ctx context.Context, r *Report, cfg SkeenaConfig) error {
-	if cfg.Rows < 1 || cfg.Accesses < 1 || cfg.Workers < 1 || cfg.Rounds < 1 || cfg.Duration <= 0 {
-		return fmt.Errorf("bench skeena: rows, accesses, workers, rounds and duration must be positive")
+	if cfg.Rows < 1 || cfg.Accesses < 1 || cfg.Workers < 2 || cfg.Rounds < 1 || cfg.Duration <= 0 || cfg.MixDuration <= 0 {
+		return fmt.Errorf("bench skeena: rows, accesses, rounds and durations must be positive and workers at least 2")
 	}
-	dir, err := os.MkdirTemp("", "retina-bench-skeena-")
+	parent, onTmpfs := cfg.Dir, false
+	if parent == "" {
+		parent, onTmpfs = defaultSkeenaDir()
+	}
+	dir, err := os.MkdirTemp(parent, "retina-bench-skeena-")
 	if err != nil {
-		return err
+		return fmt.Errorf("bench skeena: make a data directory under %s: %w (choose another with --dir)", parent, err)
 	}
 	defer os.RemoveAll(dir)
 	s, err := skeena.Open(ctx, skeena.Options{Dir: dir, Logger: slog.New(slog.DiscardHandler), Tables: []skeena.Table{
@@ -62,6 +72,7 @@ func Skeena(ctx context.Context, r *Report, cfg SkeenaConfig) error {
 	r.Set("accesses_per_txn", cfg.Accesses)
 	r.Set("write_pct", cfg.WritePct)
 	r.Set("workers", cfg.Workers)
+	r.Set("data_on_tmpfs", onTmpfs)
 	if err := loadSkeena(ctx, s, cfg); err != nil {
 		return err
 	}
@@ -78,33 +89,53 @@ func Skeena(ctx context.Context, r *Report, cfg SkeenaConfig) error {
 		{"memory", "mem", memEng, 0, "memory_overhead_ratio"},
 		{"storage", "disk", diskEng, 100, "disk_overhead_ratio"},
 	} {
+		// Both variants run at the same time, half the workers each, so
+		// the shared machine's noise hits them alike; the figure is the
+		// median over the slices of engine-alone throughput over store
+		// throughput.
 		var alone, store float64
+		var ratios []float64
+		var seen []string
 		for round := 0; round < cfg.Rounds; round++ {
-			a, err := runSkeenaMix(ctx, cfg, func(rng *rand.Rand) skeenaTxn { return newAloneTxn(side.eng, side.table) }, side.pct)
+			aloneV := func(*rand.Rand) skeenaTxn { return newAloneTxn(side.eng, side.table) }
+			storeV := func(*rand.Rand) skeenaTxn { return storeTxn{s.Begin()} }
+			// Start order alternates: the first goroutines started get a
+			// head start.
+			variants := []func(*rand.Rand) skeenaTxn{aloneV, storeV}
+			if round%2 == 1 {
+				variants[0], variants[1] = storeV, aloneV
+			}
+			res, err := runSkeenaVariants(ctx, cfg, side.pct, variants...)
 			if err != nil {
 				return err
 			}
-			b, err := runSkeenaMix(ctx, cfg, func(rng *rand.Rand) skeenaTxn { return storeTxn{s.Begin()} }, side.pct)
-			if err != nil {
-				return err
+			a, b := res[0], res[1]
+			if round%2 == 1 {
+				a, b = b, a
 			}
 			alone += a.tps
 			store += b.tps
-			r.Printf("%s-only round %d: engine alone %.0f txn/s, through the store %.0f txn/s", side.name, round+1, a.tps, b.tps)
+			ratios = append(ratios, a.tps/b.tps)
+			seen = append(seen, fmt.Sprintf("%.1f/%.1f", a.tps/1000, b.tps/1000))
 		}
-		ratio := alone / store
-		r.Printf("%s: %s = %.3f (engine alone / store, throughput summed over %d rounds)", side.name, side.figure, ratio, cfg.Rounds)
+		r.Printf("%s-only slices, K txn/s alone/store: %s", side.name, strings.Join(seen, " "))
+		ratio := median(ratios)
+		r.Printf("%s-only: engine alone %.0f txn/s, through the store %.0f txn/s (%d workers each, %d slices of %v); %s = %.3f",
+			side.name, alone/float64(cfg.Rounds), store/float64(cfg.Rounds), max(cfg.Workers/2, 1), cfg.Rounds, cfg.Duration, side.figure, ratio)
 		r.Set(side.name+"_alone_txn_per_sec", math.Round(alone/float64(cfg.Rounds)))
 		r.Set(side.name+"_store_txn_per_sec", math.Round(store/float64(cfg.Rounds)))
 		r.Set(side.figure, math.Round(ratio*1000)/1000)
 	}
 
 	for _, pct := range cfg.Mixes {
-		res, err := runSkeenaMix(ctx, cfg, func(rng *rand.Rand) skeenaTxn { return storeTxn{s.Begin()} }, pct)
+		mcfg := cfg
+		mcfg.Duration = cfg.MixDuration
+		mix, err := runSkeenaVariants(ctx, mcfg, pct, func(*rand.Rand) skeenaTxn { return storeTxn{s.Begin()} })
 		if err != nil {
 			return err
 		}
-		r.Printf("mix %3d%% storage: %.0f txn/s, abort rate %.2f%%, commit latency P50 %.2f ms P99 %.2f ms",
+		res := mix[0]
+		r.Printf("mix %3d%% storage: %.0f txn/s, abort rate %.2f%%, commit latency P50 %.3f ms P99 %.3f ms",
 			pct, res.tps, res.abortPct, res.p50, res.p99)
 		r.Set(fmt.Sprintf("mix%d_txn_per_sec", pct), math.Round(res.tps))
 		r.Set(fmt.Sprintf("mix%d_abort_pct", pct), math.Round(res.abortPct*100)/100)
@@ -195,72 +226,122 @@ type mixResult struct {
 	p50, p99      float64
 }
 
-// runSkeenaMix runs transactions of cfg.Accesses accesses, pct% of them to
-// the storage table, from cfg.Workers goroutines for cfg.Duration.
-func runSkeenaMix(ctx context.Context, cfg SkeenaConfig, begin func(*rand.Rand) skeenaTxn, pct int) (mixResult, error) {
-	var commits, aborts atomic.Int64
-	var mu sync.Mutex
-	var lat []time.Duration
+// runSkeenaVariants runs transactions of cfg.Accesses accesses, pct% of
+// them to the storage table, for cfg.Duration, splitting cfg.Workers
+// goroutines evenly among the variants, which run at the same time.
+func runSkeenaVariants(ctx context.Context, cfg SkeenaConfig, pct int, variants ...func(*rand.Rand) skeenaTxn) ([]mixResult, error) {
+	type tally struct {
+		commits, aborts atomic.Int64
+		mu              sync.Mutex
+		lat             []time.Duration
+	}
+	tallies := make([]tally, len(variants))
+	var errMu sync.Mutex
 	var firstErr error
 	deadline := time.Now().Add(cfg.Duration)
+	per := max(cfg.Workers/len(variants), 1)
 	var wg sync.WaitGroup
-	for w := 0; w < cfg.Workers; w++ {
-		wg.Add(1)
-		go func(seed int64) {
-			defer wg.Done()
-			rng := rand.New(rand.NewSource(seed))
-			row := make([]byte, cfg.RowBytes)
-			var mine []time.Duration
-			for time.Now().Before(deadline) && ctx.Err() == nil {
-				start := time.Now()
-				tx := begin(rng)
-				err := func() error {
-					for a := 0; a < cfg.Accesses; a++ {
-						table := "mem"
-						if rng.Intn(100) < pct {
-							table = "disk"
-						}
-						key := skeenaKey(rng.Intn(cfg.Rows))
-						if _, err := tx.get(ctx, table, key); err != nil {
-							return err
-						}
-						if rng.Intn(100) < cfg.WritePct {
-							rng.Read(row[:8])
-							if err := tx.put(ctx, table, key, row); err != nil {
-								return err
-							}
-						}
-					}
-					return tx.commit(ctx)
+	for v, begin := range variants {
+		for w := 0; w < per; w++ {
+			wg.Add(1)
+			go func(t *tally, begin func(*rand.Rand) skeenaTxn, seed int64) {
+				defer wg.Done()
+				rng := rand.New(rand.NewSource(seed))
+				row := make([]byte, cfg.RowBytes)
+				var mine []time.Duration
+				defer func() {
+					t.mu.Lock()
+					t.lat = append(t.lat, mine...)
+					t.mu.Unlock()
 				}()
-				if err != nil {
-					tx.rollback()
-					if engine.Retryable(err) {
-						aborts.Add(1)
-						continue
+				for time.Now().Before(deadline) && ctx.Err() == nil {
+					start := time.Now()
+					tx := begin(rng)
+					err := runSkeenaTxn(ctx, cfg, tx, rng, row, pct)
+					if err != nil {
+						tx.rollback()
+						if engine.Retryable(err) {
+							t.aborts.Add(1)
+							continue
+						}
+						errMu.Lock()
+						firstErr = errors.Join(firstErr, err)
+						errMu.Unlock()
+						return
 					}
-					mu.Lock()
-					firstErr = errors.Join(firstErr, err)
-					mu.Unlock()
-					return
+					t.commits.Add(1)
+					mine = append(mine, time.Since(start))
 				}
-				commits.Add(1)
-				mine = append(mine, time.Since(start))
-			}
-			mu.Lock()
-			lat = append(lat, mine...)
-			mu.Unlock()
-		}(rand.Int63())
+			}(&tallies[v], begin, rand.Int63())
+		}
 	}
 	wg.Wait()
 	if firstErr != nil {
-		return mixResult{}, firstErr
+		return nil, firstErr
 	}
-	slices.Sort(lat)
-	c, a := commits.Load(), aborts.Load()
-	res := mixResult{tps: float64(c) / cfg.Duration.Seconds(), p50: durationPercentileMS(lat, 50), p99: durationPercentileMS(lat, 99)}
-	if c+a > 0 {
-		res.abortPct = 100 * float64(a) / float64(c+a)
+	out := make([]mixResult, len(variants))
+	for i := range tallies {
+		t := &tallies[i]
+		slices.Sort(t.lat)
+		c, a := t.commits.Load(), t.aborts.Load()
+		out[i] = mixResult{tps: float64(c) / cfg.Duration.Seconds(), p50: latencyMS(t.lat, 50), p99: latencyMS(t.lat, 99)}
+		if c+a > 0 {
+			out[i].abortPct = 100 * float64(a) / float64(c+a)
+		}
 	}
-	return res, nil
+	return out, nil
+}
+
+// runSkeenaTxn reads cfg.Accesses random rows, updating cfg.WritePct% of
+// them, and commits.
+func runSkeenaTxn(ctx context.Context, cfg SkeenaConfig, tx skeenaTxn, rng *rand.Rand, row []byte, pct int) error {
+	for a := 0; a < cfg.Accesses; a++ {
+		table := "mem"
+		if rng.Intn(100) < pct {
+			table = "disk"
+		}
+		key := skeenaKey(rng.Intn(cfg.Rows))
+		if _, err := tx.get(ctx, table, key); err != nil {
+			return err
+		}
+		if rng.Intn(100) < cfg.WritePct {
+			rng.Read(row[:8])
+			if err := tx.put(ctx, table, key, row); err != nil {
+				return err
+			}
+		}
+	}
+	return tx.commit(ctx)
+}
+
+// latencyMS is the q-th percentile of sorted latencies in milliseconds,
+// to the microsecond.
+func latencyMS(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := max(int(math.Ceil(q/100*float64(len(sorted))))-1, 0)
+	return float64(sorted[i].Microseconds()) / 1000
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// defaultSkeenaDir prefers a writable tmpfs.
+func defaultSkeenaDir() (string, bool) {
+	const shm = "/dev/shm"
+	if st, err := os.Stat(shm); err == nil && st.IsDir() {
+		if f, err := os.CreateTemp(shm, "retina-probe-"); err == nil {
+			f.Close()
+			os.Remove(f.Name())
+			return shm, true
+		}
+	}
+	return os.TempDir(), false
 }
