@@ -83,7 +83,8 @@ type Tx interface {
 	// Writes reports whether the transaction wrote anything.
 	Writes() bool
 	// PreCommit validates and assigns the commit timestamp. After it
-	// succeeds the transaction must be finished with PostCommit or Abort.
+	// succeeds the transaction must be finished with PostCommit or Abort;
+	// when it fails the transaction is aborted.
 	PreCommit() (cts uint64, err error)
 	// PostCommit installs the writes (visible once the watermark passes
 	// cts) and logs them with tag, an opaque label recovery reports back.

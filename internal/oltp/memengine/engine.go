@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/btree"
 
@@ -33,6 +34,9 @@ type Options struct {
 	Dir    string
 	Tables []engine.TableSpec
 	Logger *slog.Logger
+	// GCInterval is how often version GC advances (default 100 ms;
+	// negative: never on its own, for tests that step it).
+	GCInterval time.Duration
 }
 
 // Engine is the in-memory engine.
@@ -46,6 +50,15 @@ type Engine struct {
 	recovery *recovery // non-nil until Start
 	closed   atomic.Bool
 	ckptMu   sync.Mutex
+
+	// Version GC (gc.go).
+	active      snapRegistry
+	horizon     atomic.Uint64 // Begin refuses snapshots below it
+	pruneBound  atomic.Uint64 // no reader below it: older versions go
+	nextHorizon uint64        // gc goroutine only
+	gcInterval  time.Duration
+	gcStop      chan struct{}
+	gcDone      chan struct{}
 }
 
 type table struct {
@@ -79,7 +92,14 @@ type version struct {
 	cts     uint64
 	row     []byte
 	deleted bool
-	next    *version
+	next    atomic.Pointer[version] // older; cut by version GC (gc.go)
+}
+
+// newVersion links a version above next.
+func newVersion(cts uint64, row []byte, deleted bool, next *version) *version {
+	v := &version{cts: cts, row: row, deleted: deleted}
+	v.next.Store(next)
+	return v
 }
 
 // txState is what other transactions see of a writer: its commit
@@ -105,7 +125,10 @@ func Open(opts Options) (*Engine, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	e := &Engine{dir: opts.Dir, logger: opts.Logger, tables: make(map[string]*table)}
+	if opts.GCInterval == 0 {
+		opts.GCInterval = 100 * time.Millisecond
+	}
+	e := &Engine{dir: opts.Dir, logger: opts.Logger, tables: make(map[string]*table), gcInterval: opts.GCInterval}
 	for _, spec := range opts.Tables {
 		if _, dup := e.tables[spec.Name]; dup {
 			return nil, fmt.Errorf("memory engine: table %q declared twice", spec.Name)
@@ -159,6 +182,8 @@ func (e *Engine) Close() error {
 	if e.log == nil {
 		return nil
 	}
+	close(e.gcStop)
+	<-e.gcDone
 	return e.log.close()
 }
 
@@ -196,7 +221,7 @@ func (t *table) findOrCreate(key []byte) *record {
 
 // visible returns the newest version at or below snap.
 func (r *record) visible(snap uint64) *version {
-	for v := r.head.Load(); v != nil; v = v.next {
+	for v := r.head.Load(); v != nil; v = v.next.Load() {
 		if v.cts <= snap {
 			return v
 		}

@@ -144,7 +144,7 @@ func (e *Engine) Start(ctx context.Context, d engine.Discard) error {
 	if r.ckpt != nil {
 		base = r.ckpt.ts
 		for _, w := range r.ckpt.rows {
-			e.tables[w.table].findOrCreate(w.key).head.Store(&version{cts: base, row: w.row})
+			e.tables[w.table].findOrCreate(w.key).head.Store(newVersion(base, w.row, false, nil))
 		}
 	}
 	recs := r.records
@@ -158,7 +158,7 @@ func (e *Engine) Start(ctx context.Context, d engine.Discard) error {
 		for _, w := range rec.writes {
 			t := e.tables[w.table]
 			rc := t.findOrCreate(w.key)
-			rc.head.Store(&version{cts: rec.cts, row: w.row, deleted: w.deleted, next: rc.head.Load()})
+			rc.head.Store(newVersion(rec.cts, w.row, w.deleted, rc.head.Load()))
 			if !w.deleted {
 				for _, ix := range t.indexes {
 					if sec := ix.spec.Key(w.row); sec != nil {
@@ -186,6 +186,8 @@ func (e *Engine) Start(ctx context.Context, d engine.Discard) error {
 	}
 	e.log = log
 	e.recovery = nil
+	e.gcStop, e.gcDone = make(chan struct{}), make(chan struct{})
+	go e.gcLoop()
 	if dropped > 0 {
 		e.logger.Info("memory engine dropped recovered transactions", "count", dropped, "dir", e.dir)
 		// Make the decision durable: a checkpoint of the state as applied.

@@ -21,6 +21,8 @@ type Tx struct {
 	scans  []scanRange // serializable: ranges scanned
 	cts    uint64
 	done   bool
+	shard  uint8 // in e.active
+	err    error // set at Begin when the snapshot is below the GC horizon
 }
 
 type write struct {
@@ -37,8 +39,22 @@ type scanRange struct {
 }
 
 // Begin implements engine.Engine.
+// The transaction holds back version GC until it finishes: every Tx must
+// end with PostCommit or Abort.
 func (e *Engine) Begin(snapshot uint64, iso engine.Isolation) engine.Tx {
-	return &Tx{e: e, snap: snapshot, iso: iso, state: &txState{}}
+	tx := &Tx{e: e, snap: snapshot, iso: iso, state: &txState{}}
+	tx.shard = e.active.add(snapshot)
+	if h := e.horizon.Load(); snapshot < h {
+		tx.err = fmt.Errorf("memory engine: snapshot %d is below the version GC horizon %d: %w", snapshot, h, engine.ErrSnapshotUnavailable)
+	}
+	return tx
+}
+
+func (tx *Tx) usable() error {
+	if tx.done {
+		return engine.ErrTxDone
+	}
+	return tx.err
 }
 
 // Snapshot implements engine.Tx.
@@ -51,8 +67,8 @@ func writeKey(table string, key []byte) string { return table + "\x00" + string(
 
 // Get implements engine.Tx.
 func (tx *Tx) Get(tableName string, key []byte) ([]byte, bool, error) {
-	if tx.done {
-		return nil, false, engine.ErrTxDone
+	if err := tx.usable(); err != nil {
+		return nil, false, err
 	}
 	t, err := tx.e.table(tableName)
 	if err != nil {
@@ -82,8 +98,8 @@ func (tx *Tx) Get(tableName string, key []byte) ([]byte, bool, error) {
 
 // Scan implements engine.Tx.
 func (tx *Tx) Scan(tableName, index string, lo, hi []byte, fn func(key, row []byte) bool) error {
-	if tx.done {
-		return engine.ErrTxDone
+	if err := tx.usable(); err != nil {
+		return err
 	}
 	t, err := tx.e.table(tableName)
 	if err != nil {
@@ -176,8 +192,11 @@ func (tx *Tx) Delete(tableName string, key []byte) error {
 }
 
 func (tx *Tx) write(tableName string, key, row []byte, deleted bool) error {
-	if tx.done || tx.cts != 0 {
+	if tx.cts != 0 {
 		return engine.ErrTxDone
+	}
+	if err := tx.usable(); err != nil {
+		return err
 	}
 	t, err := tx.e.table(tableName)
 	if err != nil {
@@ -223,8 +242,12 @@ func (tx *Tx) indexRow(w *write) {
 // PreCommit implements engine.Tx. A read-only snapshot transaction needs no
 // timestamp: it returns its snapshot.
 func (tx *Tx) PreCommit() (uint64, error) {
-	if tx.done || tx.cts != 0 {
+	if tx.cts != 0 {
 		return 0, engine.ErrTxDone
+	}
+	if err := tx.usable(); err != nil {
+		tx.Abort()
+		return 0, err
 	}
 	if !tx.Writes() && tx.iso != engine.Serializable {
 		return tx.snap, nil
@@ -291,7 +314,7 @@ func (tx *Tx) changed(r *record) bool {
 			return true
 		}
 	}
-	for v := r.head.Load(); v != nil && v.cts > tx.snap; v = v.next {
+	for v := r.head.Load(); v != nil && v.cts > tx.snap; v = v.next.Load() {
 		if v.cts < tx.cts {
 			return true
 		}
@@ -308,14 +331,17 @@ func (tx *Tx) PostCommit(tag []byte) error {
 		return engine.ErrTxDone
 	}
 	tx.done = true
+	tx.e.active.remove(tx.shard, tx.snap)
 	if tx.cts == 0 {
 		return nil // read-only
 	}
 	if len(tx.writes) > 0 {
 		rec := logRecord{cts: tx.cts, snapshot: tx.snap, tag: tag}
+		bound := tx.e.pruneBound.Load()
 		for _, w := range tx.writes {
 			rec.writes = append(rec.writes, logWrite{table: w.t.spec.Name, key: w.rec.key, row: w.row, deleted: w.deleted})
-			w.rec.head.Store(&version{cts: tx.cts, row: w.row, deleted: w.deleted, next: w.rec.head.Load()})
+			w.rec.head.Store(newVersion(tx.cts, w.row, w.deleted, w.rec.head.Load()))
+			w.rec.prune(bound)
 		}
 		// Logged before the timestamp finishes: whatever the watermark
 		// covers is in the log buffer.
@@ -338,6 +364,7 @@ func (tx *Tx) Abort() {
 		return
 	}
 	tx.done = true
+	tx.e.active.remove(tx.shard, tx.snap)
 	tx.release()
 	if tx.cts != 0 {
 		tx.e.clock.Finish(tx.cts)

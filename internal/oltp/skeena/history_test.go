@@ -110,7 +110,7 @@ func (w *workload) run(ctx context.Context, rng *rand.Rand) (cross bool, err err
 	default:
 		err = w.readBank(ctx, tx, &rec)
 	}
-	cross = tx.mem != nil && tx.disk != nil
+	cross = tx.memUsed && tx.disk != nil
 	if err == nil {
 		err = tx.Commit(ctx)
 	} else {

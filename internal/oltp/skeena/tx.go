@@ -16,6 +16,7 @@ type Tx struct {
 	iso      engine.Isolation
 	anchor   uint64 // anchor (memory) snapshot
 	mem      engine.Tx
+	memUsed  bool // mem was read or written
 	disk     engine.Tx
 	storage  uint64 // selected storage snapshot (valid when disk != nil)
 	selected bool   // registered in Store.active
@@ -35,8 +36,11 @@ func (s *Store) Begin() *Tx {
 }
 
 // BeginTx starts a transaction with opts.
+// The memory sub-transaction begins at once, so the anchor snapshot stays
+// readable (version GC) however long the storage part takes.
 func (s *Store) BeginTx(opts TxOptions) *Tx {
-	return &Tx{s: s, iso: opts.Isolation, anchor: s.mem.LatestSnapshot()}
+	a := s.mem.LatestSnapshot()
+	return &Tx{s: s, iso: opts.Isolation, anchor: a, mem: s.mem.Begin(a, opts.Isolation)}
 }
 
 // AnchorSnapshot is the memory-engine snapshot the transaction reads.
@@ -53,9 +57,7 @@ func (tx *Tx) sub(ctx context.Context, table string) (engine.Tx, error) {
 		return nil, err
 	}
 	if p == Memory {
-		if tx.mem == nil {
-			tx.mem = tx.s.mem.Begin(tx.anchor, tx.iso)
-		}
+		tx.memUsed = true
 		return tx.mem, nil
 	}
 	if tx.disk == nil {
@@ -159,9 +161,7 @@ func (tx *Tx) Rollback() {
 		return
 	}
 	tx.done = true
-	if tx.mem != nil {
-		tx.mem.Abort()
-	}
+	tx.mem.Abort()
 	if tx.disk != nil {
 		tx.disk.Abort()
 	}
@@ -195,21 +195,30 @@ func readTag(kind byte, ts uint64) []byte {
 // Commit commits the transaction and returns once it is durable in every
 // engine it wrote and everything it read is durable too. A retryable
 // failure (engine.Retryable) means nothing was committed.
-func (tx *Tx) Commit(ctx context.Context) error {
+func (tx *Tx) Commit(ctx context.Context) (err error) {
 	if tx.done {
 		return engine.ErrTxDone
 	}
 	defer tx.unselect()
-	memW := tx.mem != nil && tx.mem.Writes()
+	defer func() {
+		if err != nil {
+			// No-ops for a sub-transaction already finished.
+			tx.mem.Abort()
+			if tx.disk != nil {
+				tx.disk.Abort()
+			}
+		}
+	}()
+	memW := tx.memUsed && tx.mem.Writes()
 	diskW := tx.disk != nil && tx.disk.Writes()
-	both := tx.mem != nil && tx.disk != nil
+	both := tx.memUsed && tx.disk != nil
 	if both && (memW && diskW || tx.iso == engine.Serializable) {
 		return tx.commitCross(ctx)
 	}
 	tx.done = true
 	// One engine to commit (or none); the other, if read, is released.
 	var readMem, readDisk uint64
-	if tx.mem != nil {
+	if tx.memUsed {
 		readMem = tx.anchor
 	}
 	if tx.disk != nil {
@@ -217,15 +226,13 @@ func (tx *Tx) Commit(ctx context.Context) error {
 	}
 	switch {
 	case diskW:
-		if tx.mem != nil {
-			tx.mem.Abort()
-		}
+		tx.mem.Abort()
 		c2, err := tx.disk.PreCommit()
 		if err != nil {
 			return err
 		}
 		var tag []byte
-		if tx.mem != nil {
+		if tx.memUsed {
 			tag = readTag(tagReadMemory, tx.anchor)
 		}
 		if err := tx.disk.PostCommit(tag); err != nil {
@@ -236,7 +243,8 @@ func (tx *Tx) Commit(ctx context.Context) error {
 		if tx.disk != nil {
 			tx.disk.Abort()
 		}
-		if tx.mem == nil {
+		if !tx.memUsed {
+			tx.mem.Abort()
 			return tx.s.ack(ctx, 0, readDisk, 0, readDisk)
 		}
 		c1, err := tx.mem.PreCommit()
