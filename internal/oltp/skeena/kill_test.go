@@ -46,6 +46,19 @@ func killChild(dir, mode, firstArg string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	if mode == "cross" {
+		// Two accounts, one per engine, that transfers keep at 2000.
+		tx := s.Begin()
+		ctx := context.Background()
+		if _, ok, err := tx.Get(ctx, "m", []byte("acct")); err == nil && !ok {
+			_ = tx.Put(ctx, "m", []byte("acct"), []byte("b:1000"))
+			_ = tx.Put(ctx, "d", []byte("acct"), []byte("b:1000"))
+		}
+		if err := tx.Commit(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+	}
 	out := bufio.NewWriter(os.Stdout)
 	var mu sync.Mutex
 	var next atomic.Int64
@@ -59,6 +72,10 @@ func killChild(dir, mode, firstArg string) int {
 			defer wg.Done()
 			rng := rand.New(rand.NewSource(seed))
 			for {
+				if mode == "cross" && seed%4 == 0 {
+					transferAcct(s, rng.Intn(21)-10)
+					continue
+				}
 				id := next.Add(1)
 				where := mode
 				if mode == "cross" {
@@ -86,6 +103,26 @@ func killChild(dir, mode, firstArg string) int {
 	}
 	wg.Wait()
 	return 0
+}
+
+// transferAcct moves amount from the storage account to the memory one.
+func transferAcct(s *Store, amount int) {
+	ctx := context.Background()
+	tx := s.Begin()
+	defer tx.Rollback()
+	var bal [2]int
+	for i, table := range []string{"m", "d"} {
+		v, ok, err := tx.Get(ctx, table, []byte("acct"))
+		if err != nil || !ok {
+			return
+		}
+		bal[i], _ = strconv.Atoi(strings.TrimPrefix(string(v), "b:"))
+	}
+	if tx.Put(ctx, "m", []byte("acct"), []byte("b:"+strconv.Itoa(bal[0]+amount))) != nil ||
+		tx.Put(ctx, "d", []byte("acct"), []byte("b:"+strconv.Itoa(bal[1]-amount))) != nil {
+		return
+	}
+	_ = tx.Commit(ctx)
 }
 
 func TestKill9(t *testing.T) {
@@ -165,6 +202,14 @@ func verifyAfterKill(t *testing.T, dir string, acked map[int64]string) {
 			t.Fatal(err)
 		}
 	}
+	if m, d := rows["m"]["acct"], rows["d"]["acct"]; m != "" || d != "" {
+		bm, _ := strconv.Atoi(strings.TrimPrefix(m, "b:"))
+		bd, _ := strconv.Atoi(strings.TrimPrefix(d, "b:"))
+		if bm+bd != 2000 {
+			t.Errorf("after recovery the cross-engine accounts hold %s + %s, want a total of 2000", m, d)
+		}
+		t.Logf("cross-engine accounts after recovery: memory %d, storage %d", bm, bd)
+	}
 	for id, where := range acked {
 		k := strconv.FormatInt(id, 10)
 		if where != "disk" && rows["m"][k] == "" {
@@ -174,6 +219,8 @@ func verifyAfterKill(t *testing.T, dir string, acked map[int64]string) {
 			t.Fatalf("acknowledged %s transaction %d lost its storage row", where, id)
 		}
 	}
+	delete(rows["m"], "acct")
+	delete(rows["d"], "acct")
 	halves := 0
 	for k, v := range rows["m"] {
 		if v == "g:cross" && rows["d"][k] != "g:cross" {
