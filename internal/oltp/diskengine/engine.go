@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -33,6 +34,9 @@ type Options struct {
 	Logger *slog.Logger
 	// CacheBytes sizes Pebble's block cache (default 256 MiB).
 	CacheBytes int64
+	// GCInterval is how often version GC runs a pass (default 100 ms;
+	// negative: never on its own, for tests that step it).
+	GCInterval time.Duration
 }
 
 // Engine is the Pebble-backed engine.
@@ -60,6 +64,13 @@ type Engine struct {
 	err    error
 	closed atomic.Bool
 	forgot atomic.Uint64
+
+	// Version GC (gc.go).
+	readers    tsorder.Readers
+	gcInterval time.Duration
+	gcCursor   []byte // gc goroutine only
+	gcStop     chan struct{}
+	gcDone     chan struct{}
 }
 
 type table struct {
@@ -98,7 +109,11 @@ func Open(opts Options) (*Engine, error) {
 	if opts.CacheBytes <= 0 {
 		opts.CacheBytes = 256 << 20
 	}
-	e := &Engine{dir: opts.Dir, logger: opts.Logger, tables: make(map[string]*table),
+	if opts.GCInterval == 0 {
+		opts.GCInterval = 100 * time.Millisecond
+	}
+	e := &Engine{dir: opts.Dir, logger: opts.Logger, tables: make(map[string]*table), gcInterval: opts.GCInterval,
+		gcStop: make(chan struct{}), gcDone: make(chan struct{}),
 		inflight: make(map[*Tx]struct{}), wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), failed: make(chan struct{})}
 	for _, spec := range opts.Tables {
 		if _, dup := e.tables[spec.Name]; dup {
@@ -258,6 +273,7 @@ func (e *Engine) Start(ctx context.Context, d engine.Discard) error {
 	e.clock = tsorder.New(e.lastTS)
 	e.started = true
 	go e.syncLoop()
+	go e.gcLoop()
 	return nil
 }
 
@@ -340,7 +356,8 @@ func (e *Engine) WaitDurable(ctx context.Context, ts uint64) error {
 }
 
 // ForgetThrough drops txn records at or below ts: the caller promises
-// recovery will never need to take those transactions out.
+// recovery will never need to take those transactions out. Version GC
+// never goes past this mark.
 func (e *Engine) ForgetThrough(ts uint64) error {
 	if ts <= e.forgot.Load() {
 		return nil
@@ -366,6 +383,8 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	if e.started {
+		close(e.gcStop)
+		<-e.gcDone
 		close(e.stop)
 		<-e.done
 	}

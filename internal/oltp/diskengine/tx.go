@@ -7,6 +7,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/retinadb/retina/internal/oltp/engine"
+	"github.com/retinadb/retina/internal/oltp/tsorder"
 )
 
 // Tx is a storage-engine transaction.
@@ -23,6 +24,8 @@ type Tx struct {
 	scans  []scanRange
 	cts    uint64
 	done   bool
+	reader tsorder.Reader // holds back version GC
+	err    error          // set at Begin when the snapshot is below the GC horizon
 }
 
 type write struct {
@@ -40,8 +43,22 @@ type scanRange struct {
 }
 
 // Begin implements engine.Engine.
+// The transaction holds back version GC until it finishes: every Tx must
+// end with PostCommit or Abort.
 func (e *Engine) Begin(snapshot uint64, iso engine.Isolation) engine.Tx {
-	return &Tx{e: e, snap: snapshot, iso: iso, state: &txState{}}
+	tx := &Tx{e: e, snap: snapshot, iso: iso, state: &txState{}}
+	var ok bool
+	if tx.reader, ok = e.readers.Register(snapshot); !ok {
+		tx.err = fmt.Errorf("storage engine: snapshot %d is below the version GC horizon %d: %w", snapshot, e.readers.Horizon(), engine.ErrSnapshotUnavailable)
+	}
+	return tx
+}
+
+func (tx *Tx) usable() error {
+	if tx.done {
+		return engine.ErrTxDone
+	}
+	return tx.err
 }
 
 // Snapshot implements engine.Tx.
@@ -78,8 +95,8 @@ func readAt(it *pebble.Iterator, rp []byte, snap uint64) (row []byte, ok bool) {
 
 // Get implements engine.Tx.
 func (tx *Tx) Get(tableName string, key []byte) ([]byte, bool, error) {
-	if tx.done {
-		return nil, false, engine.ErrTxDone
+	if err := tx.usable(); err != nil {
+		return nil, false, err
 	}
 	t, err := tx.e.table(tableName)
 	if err != nil {
@@ -102,8 +119,8 @@ func (tx *Tx) Get(tableName string, key []byte) ([]byte, bool, error) {
 
 // Scan implements engine.Tx.
 func (tx *Tx) Scan(tableName, index string, lo, hi []byte, fn func(key, row []byte) bool) error {
-	if tx.done {
-		return engine.ErrTxDone
+	if err := tx.usable(); err != nil {
+		return err
 	}
 	t, err := tx.e.table(tableName)
 	if err != nil {
@@ -227,8 +244,11 @@ func (tx *Tx) Delete(tableName string, key []byte) error {
 }
 
 func (tx *Tx) write(tableName string, key, row []byte, deleted bool) error {
-	if tx.done || tx.cts != 0 {
+	if tx.cts != 0 {
 		return engine.ErrTxDone
+	}
+	if err := tx.usable(); err != nil {
+		return err
 	}
 	t, err := tx.e.table(tableName)
 	if err != nil {
@@ -278,8 +298,12 @@ func (e *Engine) newestVersion(rp []byte) (uint64, error) {
 // PreCommit implements engine.Tx. A read-only snapshot transaction needs no
 // timestamp: it returns its snapshot.
 func (tx *Tx) PreCommit() (uint64, error) {
-	if tx.done || tx.cts != 0 {
+	if tx.cts != 0 {
 		return 0, engine.ErrTxDone
+	}
+	if err := tx.usable(); err != nil {
+		tx.Abort()
+		return 0, err
 	}
 	if !tx.Writes() && tx.iso != engine.Serializable {
 		return tx.snap, nil
@@ -448,6 +472,7 @@ func (tx *Tx) PostCommit(tag []byte) error {
 	}
 	tx.done = true
 	tx.closeIter()
+	tx.e.readers.Release(tx.reader)
 	if tx.cts == 0 {
 		return nil
 	}
@@ -514,6 +539,7 @@ func (tx *Tx) Abort() {
 	}
 	tx.done = true
 	tx.closeIter()
+	tx.e.readers.Release(tx.reader)
 	tx.release()
 	if tx.cts != 0 {
 		tx.e.retire(tx)

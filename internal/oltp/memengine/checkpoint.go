@@ -47,7 +47,7 @@ func (e *Engine) Checkpoint(ctx context.Context, bound uint64) (bool, error) {
 		return false, rot.err
 	}
 	ts := min(e.clock.Visible(), bound)
-	if ts < rot.oldMax || ts < e.horizon.Load() {
+	if ts < rot.oldMax || ts < e.readers.Horizon() {
 		return false, nil
 	}
 	if err := e.WaitDurable(ctx, ts); err != nil {
@@ -62,10 +62,10 @@ func (e *Engine) Checkpoint(ctx context.Context, bound uint64) (bool, error) {
 func (e *Engine) writeCheckpoint(ts, replayFrom uint64) error {
 	// Reads at ts: hold back version GC like a transaction would.
 	if e.log != nil {
-		shard := e.active.add(ts)
-		defer e.active.remove(shard, ts)
-		if h := e.horizon.Load(); ts < h {
-			return fmt.Errorf("memory engine: checkpoint at %d is below the version GC horizon %d; checkpoint again", ts, h)
+		rd, ok := e.readers.Register(ts)
+		defer e.readers.Release(rd)
+		if !ok {
+			return fmt.Errorf("memory engine: checkpoint at %d is below the version GC horizon %d; checkpoint again", ts, e.readers.Horizon())
 		}
 	}
 	// Clones are copy-on-write: writers go on while the checkpoint reads.

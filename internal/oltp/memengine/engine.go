@@ -52,13 +52,10 @@ type Engine struct {
 	ckptMu   sync.Mutex
 
 	// Version GC (gc.go).
-	active      snapRegistry
-	horizon     atomic.Uint64 // Begin refuses snapshots below it
-	pruneBound  atomic.Uint64 // no reader below it: older versions go
-	nextHorizon uint64        // gc goroutine only
-	gcInterval  time.Duration
-	gcStop      chan struct{}
-	gcDone      chan struct{}
+	readers    tsorder.Readers
+	gcInterval time.Duration
+	gcStop     chan struct{}
+	gcDone     chan struct{}
 }
 
 type table struct {

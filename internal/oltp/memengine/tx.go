@@ -6,6 +6,7 @@ import (
 	"runtime"
 
 	"github.com/retinadb/retina/internal/oltp/engine"
+	"github.com/retinadb/retina/internal/oltp/tsorder"
 )
 
 // Tx is a memory-engine transaction.
@@ -21,8 +22,8 @@ type Tx struct {
 	scans  []scanRange // serializable: ranges scanned
 	cts    uint64
 	done   bool
-	shard  uint8 // in e.active
-	err    error // set at Begin when the snapshot is below the GC horizon
+	reader tsorder.Reader // holds back version GC
+	err    error          // set at Begin when the snapshot is below the GC horizon
 }
 
 type write struct {
@@ -43,9 +44,9 @@ type scanRange struct {
 // end with PostCommit or Abort.
 func (e *Engine) Begin(snapshot uint64, iso engine.Isolation) engine.Tx {
 	tx := &Tx{e: e, snap: snapshot, iso: iso, state: &txState{}}
-	tx.shard = e.active.add(snapshot)
-	if h := e.horizon.Load(); snapshot < h {
-		tx.err = fmt.Errorf("memory engine: snapshot %d is below the version GC horizon %d: %w", snapshot, h, engine.ErrSnapshotUnavailable)
+	var ok bool
+	if tx.reader, ok = e.readers.Register(snapshot); !ok {
+		tx.err = fmt.Errorf("memory engine: snapshot %d is below the version GC horizon %d: %w", snapshot, e.readers.Horizon(), engine.ErrSnapshotUnavailable)
 	}
 	return tx
 }
@@ -331,13 +332,13 @@ func (tx *Tx) PostCommit(tag []byte) error {
 		return engine.ErrTxDone
 	}
 	tx.done = true
-	tx.e.active.remove(tx.shard, tx.snap)
+	tx.e.readers.Release(tx.reader)
 	if tx.cts == 0 {
 		return nil // read-only
 	}
 	if len(tx.writes) > 0 {
 		rec := logRecord{cts: tx.cts, snapshot: tx.snap, tag: tag}
-		bound := tx.e.pruneBound.Load()
+		bound := tx.e.readers.Bound()
 		for _, w := range tx.writes {
 			rec.writes = append(rec.writes, logWrite{table: w.t.spec.Name, key: w.rec.key, row: w.row, deleted: w.deleted})
 			w.rec.head.Store(newVersion(tx.cts, w.row, w.deleted, w.rec.head.Load()))
@@ -364,7 +365,7 @@ func (tx *Tx) Abort() {
 		return
 	}
 	tx.done = true
-	tx.e.active.remove(tx.shard, tx.snap)
+	tx.e.readers.Release(tx.reader)
 	tx.release()
 	if tx.cts != 0 {
 		tx.e.clock.Finish(tx.cts)

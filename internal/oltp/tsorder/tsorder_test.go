@@ -68,3 +68,24 @@ func TestWaitsWakeOnTheirMark(t *testing.T) {
 		t.Fatal("wait for an unreached mark returned without error on a cancelled context")
 	}
 }
+
+func TestReadersBound(t *testing.T) {
+	var r Readers
+	old, ok := r.Register(5)
+	if !ok {
+		t.Fatal("a reader above a zero horizon was refused")
+	}
+	if b := r.Advance(10); b != 0 {
+		t.Fatalf("first pass bound %d, want 0 (the horizon lags a pass)", b)
+	}
+	if b := r.Advance(20); b != 5 {
+		t.Fatalf("bound %d with a reader at 5, want 5", b)
+	}
+	if _, ok := r.Register(9); ok {
+		t.Fatal("a reader below the horizon 10 was admitted")
+	}
+	r.Release(old)
+	if b := r.Advance(30); b != 9 {
+		t.Fatalf("bound %d, want 9: the refused reader at 9 stays registered until released", b)
+	}
+}
