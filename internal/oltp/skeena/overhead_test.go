@@ -67,3 +67,38 @@ func BenchmarkMemoryOnly(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkMemoryReadOnly is the layer's CPU cost without any log wait:
+// read-only memory transactions on one goroutine.
+func BenchmarkMemoryReadOnly(b *testing.B) {
+	s := openStore(b, b.TempDir(), nil)
+	defer s.Close()
+	ctx := context.Background()
+	key := func(i int) []byte { return binary.BigEndian.AppendUint64(nil, uint64(i)) }
+	tx := s.Begin()
+	for i := 0; i < 1000; i++ {
+		mustPut(b, tx, "m", string(key(i)), "row")
+	}
+	mustCommit(b, tx)
+	mem, _ := s.Engines()
+	b.Run("alone", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			tx := mem.Begin(mem.LatestSnapshot(), engine.SnapshotIsolation)
+			for a := 0; a < 10; a++ {
+				tx.Get("m", key((i*10+a)%1000))
+			}
+			cts, _ := tx.PreCommit()
+			tx.PostCommit(nil)
+			mem.WaitDurable(ctx, max(cts, tx.Snapshot()))
+		}
+	})
+	b.Run("store", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			tx := s.Begin()
+			for a := 0; a < 10; a++ {
+				tx.Get(ctx, "m", key((i*10+a)%1000))
+			}
+			tx.Commit(ctx)
+		}
+	})
+}
