@@ -33,7 +33,7 @@ type modelPoint struct {
 func consistent(pts []modelPoint, p modelPoint) bool {
 	for _, q := range pts {
 		a, b := q, p
-		if b.anchor < a.anchor || (a.anchor == b.anchor && a.commit == false && b.commit) {
+		if b.anchor < a.anchor || (a.anchor == b.anchor && !a.commit && b.commit) {
 			a, b = b, a
 		}
 		switch {
