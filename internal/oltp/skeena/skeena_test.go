@@ -298,3 +298,29 @@ func TestMaintenanceRecyclesRegistry(t *testing.T) {
 	}
 	r.Rollback()
 }
+
+// TestCommitOutcomeUnknown: a commit whose durability wait is cut short
+// says its outcome is unknown (not a retryable abort), and the writes are
+// there.
+func TestCommitOutcomeUnknown(t *testing.T) {
+	s := openStore(t, t.TempDir(), nil)
+	defer s.Close()
+	tx := s.Begin()
+	mustPut(t, tx, "m", "k", "g:1")
+	mustPut(t, tx, "d", "k", "g:1")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := tx.Commit(ctx)
+	var unk *UnacknowledgedError
+	if err != nil && (!errors.As(err, &unk) || engine.Retryable(err)) {
+		t.Fatalf("commit with a cancelled context: %v, want an UnacknowledgedError (or success)", err)
+	}
+	r := s.Begin()
+	if got := mustGet(t, r, "m", "k") + " " + mustGet(t, r, "d", "k"); got != "g:1 g:1" {
+		t.Fatalf("after an unacknowledged commit: %s", got)
+	}
+	// Later commits that read it are still acknowledged: it leaves the
+	// in-flight set once both logs have it.
+	mustPut(t, r, "m", "k2", "g:2")
+	mustCommit(t, r)
+}

@@ -102,6 +102,8 @@ type Store struct {
 	done chan struct{}
 	ckpt time.Duration
 	once sync.Once
+	life context.Context // ends at Close
+	end  context.CancelFunc
 }
 
 // crossRegistry tracks cross-engine transactions from their commit check
@@ -132,6 +134,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	s := &Store{placement: make(map[string]Placement), iso: opts.Isolation, noCSR: opts.DisableCSR,
 		logger: opts.Logger, hook: opts.betweenPostCommits, reg: csr.New(opts.CSRPartSize),
 		active: make(map[uint64]int), stop: make(chan struct{}), done: make(chan struct{}), ckpt: opts.CheckpointEvery}
+	s.life, s.end = context.WithCancel(context.Background())
 	s.cross.inflight = make(map[*Tx]struct{})
 	s.cross.minC1.Store(math.MaxUint64)
 	s.cross.minC2.Store(math.MaxUint64)
@@ -171,6 +174,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 func (s *Store) Close() error {
 	var err error
 	s.once.Do(func() {
+		s.end()
 		close(s.stop)
 		<-s.done
 		err = errors.Join(s.disk.Close(), s.mem.Close())

@@ -194,7 +194,10 @@ func readTag(kind byte, ts uint64) []byte {
 
 // Commit commits the transaction and returns once it is durable in every
 // engine it wrote and everything it read is durable too. A retryable
-// failure (engine.Retryable) means nothing was committed.
+// failure (engine.Retryable) means nothing was committed. An
+// *UnacknowledgedError means the outcome is unknown: the writes are
+// visible but were not seen durable before ctx ended or a log failed; do
+// not retry blindly.
 func (tx *Tx) Commit(ctx context.Context) (err error) {
 	if tx.done {
 		return engine.ErrTxDone
@@ -312,9 +315,10 @@ func (tx *Tx) commitCross(ctx context.Context) error {
 	errMem := tx.s.mem.WaitDurable(ctx, max(c1, tx.anchor))
 	errDisk := tx.s.disk.WaitDurable(ctx, max(c2, tx.storage))
 	if errMem != nil || errDisk != nil {
-		// Still in flight: recovery decides its fate, and nothing that saw
-		// it is acknowledged meanwhile.
-		return fmt.Errorf("skeena: cross-engine commit %d→%d not known durable: %w", c1, c2, errors.Join(errMem, errDisk))
+		// In flight until both logs have it: nothing that saw it is
+		// acknowledged before that, and recovery decides its fate.
+		go tx.s.settleLater(tx, max(c1, tx.anchor), max(c2, tx.storage))
+		return &UnacknowledgedError{Err: fmt.Errorf("cross-engine commit %d→%d: %w", c1, c2, errors.Join(errMem, errDisk))}
 	}
 	tx.s.cross.remove(tx)
 	return tx.s.cross.waitSettled(ctx, tx.anchor, tx.storage)
@@ -327,13 +331,33 @@ func (tx *Tx) commitCross(ctx context.Context) error {
 func (s *Store) ack(ctx context.Context, mem, disk, sRead, vRead uint64) error {
 	if mem > 0 && s.mem.DurableTS() < mem {
 		if err := s.mem.WaitDurable(ctx, mem); err != nil {
-			return fmt.Errorf("skeena: commit not known durable: %w", err)
+			return &UnacknowledgedError{Err: err}
 		}
 	}
 	if disk > 0 && s.disk.DurableTS() < disk {
 		if err := s.disk.WaitDurable(ctx, disk); err != nil {
-			return fmt.Errorf("skeena: commit not known durable: %w", err)
+			return &UnacknowledgedError{Err: err}
 		}
 	}
 	return s.cross.waitSettled(ctx, sRead, vRead)
+}
+
+// UnacknowledgedError reports a commit whose writes were installed but not
+// seen durable: after a crash they may or may not be there (recovery keeps
+// a cross-engine transaction whole either way).
+type UnacknowledgedError struct{ Err error }
+
+func (e *UnacknowledgedError) Error() string {
+	return "skeena: commit outcome unknown (installed, not acknowledged durable): " + e.Err.Error()
+}
+
+func (e *UnacknowledgedError) Unwrap() error { return e.Err }
+
+// settleLater takes a cross-engine transaction whose committer stopped
+// waiting out of flight once both logs have it. If a log fails it stays in
+// flight: nothing that read it can be acknowledged any more.
+func (s *Store) settleLater(tx *Tx, mem, disk uint64) {
+	if s.mem.WaitDurable(s.life, mem) == nil && s.disk.WaitDurable(s.life, disk) == nil {
+		s.cross.remove(tx)
+	}
 }
