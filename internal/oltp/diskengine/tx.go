@@ -150,11 +150,7 @@ func (tx *Tx) Scan(tableName, index string, lo, hi []byte, fn func(key, row []by
 			own = append(own, engine.OwnWrite{Key: w.pk, Row: w.row, Deleted: w.deleted})
 		}
 	}
-	for _, r := range engine.Overlay(base, own, secKey, lo, hi) {
-		if !fn(r.Key, r.Val) {
-			break
-		}
-	}
+	engine.Emit(engine.Overlay(base, own, secKey, lo, hi), fn)
 	return nil
 }
 

@@ -66,3 +66,12 @@ func Overlay(base []Row, own []OwnWrite, secKey func([]byte) []byte, lo, hi []by
 func InRange(k, lo, hi []byte) bool {
 	return bytes.Compare(k, lo) >= 0 && (hi == nil || bytes.Compare(k, hi) < 0)
 }
+
+// Emit calls fn for rows in order until it returns false.
+func Emit(rows []Row, fn func(key, row []byte) bool) {
+	for _, r := range rows {
+		if !fn(r.Key, r.Val) {
+			return
+		}
+	}
+}
