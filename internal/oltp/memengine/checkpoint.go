@@ -34,30 +34,45 @@ func checkpointName(ts uint64) string { return fmt.Sprintf("checkpoint-%016x.ckp
 
 // Checkpoint writes a checkpoint at a timestamp no higher than bound (the
 // caller's safe point: nothing at or below it may ever be rolled back) and
-// drops the redo segments it covers. It reports false, doing nothing, when
-// the log has records above bound still to cover; call again later.
+// drops the redo segments whose records it all covers; replay starts at
+// the first segment holding a later record. It reports false, doing
+// nothing, when the bound is below the version GC horizon.
 func (e *Engine) Checkpoint(ctx context.Context, bound uint64) (bool, error) {
 	e.ckptMu.Lock()
 	defer e.ckptMu.Unlock()
 	if e.recovery != nil {
 		return false, fmt.Errorf("memory engine: checkpoint before Start")
 	}
-	rot := e.log.rotateSegment()
-	if rot.err != nil {
-		return false, rot.err
-	}
 	ts := min(e.clock.Visible(), bound)
-	if ts < rot.oldMax || ts < e.readers.Horizon() {
+	if ts < e.readers.Horizon() {
 		return false, nil
 	}
 	if err := e.WaitDurable(ctx, ts); err != nil {
 		return false, err
 	}
-	if err := e.writeCheckpoint(ts, rot.oldSeq+1); err != nil {
+	rot := e.log.rotateSegment()
+	if rot.err != nil {
+		return false, rot.err
+	}
+	e.closedSegs = append(e.closedSegs, segment{seq: rot.oldSeq, max: rot.oldMax})
+	replayFrom := rot.oldSeq + 1
+	keep := 0
+	for i, sg := range e.closedSegs {
+		if sg.max > ts {
+			replayFrom, keep = sg.seq, i
+			break
+		}
+		keep = i + 1
+	}
+	if err := e.writeCheckpoint(ts, replayFrom); err != nil {
 		return false, err
 	}
-	return true, e.removeBefore(ts, rot.oldSeq+1)
+	e.closedSegs = e.closedSegs[keep:]
+	return true, e.removeBefore(ts, replayFrom)
 }
+
+// segment is a closed redo segment and the largest timestamp in it.
+type segment struct{ seq, max uint64 }
 
 func (e *Engine) writeCheckpoint(ts, replayFrom uint64) error {
 	// Reads at ts: hold back version GC like a transaction would.

@@ -50,6 +50,9 @@ type Engine struct {
 	recovery *recovery // non-nil until Start
 	closed   atomic.Bool
 	ckptMu   sync.Mutex
+	// closedSegs are the redo segments not yet covered by a checkpoint,
+	// oldest first (under ckptMu).
+	closedSegs []segment
 
 	// Version GC (gc.go).
 	readers    tsorder.Readers

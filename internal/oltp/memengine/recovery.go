@@ -22,6 +22,7 @@ type recovery struct {
 	records []logRecord
 	lastTS  uint64
 	nextSeq uint64
+	segs    []segment // on disk, oldest first
 }
 
 func recoverState(e *Engine) (*recovery, error) {
@@ -60,6 +61,7 @@ func recoverState(e *Engine) (*recovery, error) {
 	}
 	for i, seq := range segs {
 		if r.ckpt != nil && seq < r.ckpt.replayFrom {
+			r.segs = append(r.segs, segment{seq: seq}) // covered; goes at the next checkpoint
 			continue
 		}
 		path := filepath.Join(e.dir, segmentName(seq))
@@ -77,6 +79,11 @@ func recoverState(e *Engine) (*recovery, error) {
 				return nil, err
 			}
 		}
+		sg := segment{seq: seq}
+		for _, rec := range recs {
+			sg.max = max(sg.max, rec.cts)
+		}
+		r.segs = append(r.segs, sg)
 		for _, rec := range recs {
 			if r.ckpt != nil && rec.cts <= r.ckpt.ts {
 				continue
@@ -185,6 +192,7 @@ func (e *Engine) Start(ctx context.Context, d engine.Discard) error {
 		return err
 	}
 	e.log = log
+	e.closedSegs = r.segs
 	e.recovery = nil
 	e.gcStop, e.gcDone = make(chan struct{}), make(chan struct{})
 	go e.gcLoop()
@@ -197,6 +205,7 @@ func (e *Engine) Start(ctx context.Context, d engine.Discard) error {
 		if err := e.removeBefore(r.lastTS, e.log.seq); err != nil {
 			return err
 		}
+		e.closedSegs = nil
 	}
 	return nil
 }
