@@ -34,6 +34,9 @@ type write struct {
 	rp      []byte // row prefix; also the lock key
 	row     []byte
 	deleted bool
+	// oldSecs are the index keys of the row this write replaces (by index
+	// name): a pending update moves the row out of those ranges.
+	oldSecs map[string][]byte
 }
 
 type scanRange struct {
@@ -261,7 +264,7 @@ func (tx *Tx) write(tableName string, key, row []byte, deleted bool) error {
 	}
 	// First committer wins: a version newer than the snapshot. A committer
 	// applies its batch before it unlocks, so a fresh view has it.
-	newest, err := tx.e.newestVersion(rp)
+	newest, oldRow, err := tx.e.newestVersion(rp)
 	if err != nil || newest > tx.snap {
 		tx.e.unlock(string(rp), tx.state)
 		if err != nil {
@@ -270,6 +273,16 @@ func (tx *Tx) write(tableName string, key, row []byte, deleted bool) error {
 		return conflict
 	}
 	w := &write{t: t, pk: bytes.Clone(key), rp: rp, row: row, deleted: deleted}
+	if oldRow != nil {
+		for name, ix := range t.indexes {
+			if sec := ix.spec.Key(oldRow); sec != nil {
+				if w.oldSecs == nil {
+					w.oldSecs = make(map[string][]byte, len(t.indexes))
+				}
+				w.oldSecs[name] = sec
+			}
+		}
+	}
 	if tx.byKey == nil {
 		tx.byKey = make(map[string]*write)
 	}
@@ -278,17 +291,22 @@ func (tx *Tx) write(tableName string, key, row []byte, deleted bool) error {
 	return nil
 }
 
-// newestVersion is the commit timestamp of rp's newest version (0: none).
-func (e *Engine) newestVersion(rp []byte) (uint64, error) {
+// newestVersion is the commit timestamp of rp's newest version (0: none)
+// and its row (nil: none or a delete).
+func (e *Engine) newestVersion(rp []byte) (uint64, []byte, error) {
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: rp, UpperBound: upperOf(rp)})
 	if err != nil {
-		return 0, fmt.Errorf("storage engine: %s: open iterator: %w", e.dir, err)
+		return 0, nil, fmt.Errorf("storage engine: %s: open iterator: %w", e.dir, err)
 	}
 	defer it.Close()
 	if it.First() && len(it.Key()) == len(rp)+8 {
-		return versionTS(it.Key()), nil
+		var row []byte
+		if v := it.Value(); len(v) > 0 && v[0] == kindPut {
+			row = bytes.Clone(v[1:])
+		}
+		return versionTS(it.Key()), row, nil
 	}
-	return 0, it.Error()
+	return 0, nil, it.Error()
 }
 
 // PreCommit implements engine.Tx. A read-only snapshot transaction needs no
@@ -410,8 +428,8 @@ func (tx *Tx) validate() error {
 }
 
 // readsWrite reports whether w (another transaction's pending write) falls
-// in what this transaction read. A pending delete in a scanned table's
-// index range counts conservatively: its old index key is not known here.
+// in what this transaction read: its key, or its old or new index key in a
+// scanned index range.
 func (tx *Tx) readsWrite(w *write) bool {
 	for _, rp := range tx.reads {
 		if bytes.Equal(rp, w.rp) {
@@ -428,8 +446,11 @@ func (tx *Tx) readsWrite(w *write) bool {
 			}
 			continue
 		}
-		if w.deleted {
+		if old, ok := w.oldSecs[s.index]; ok && engine.InRange(old, s.lo, s.hi) {
 			return true
+		}
+		if w.deleted {
+			continue
 		}
 		if sec := s.t.indexes[s.index].spec.Key(w.row); sec != nil && engine.InRange(sec, s.lo, s.hi) {
 			return true

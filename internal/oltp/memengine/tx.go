@@ -251,9 +251,12 @@ func (tx *Tx) PreCommit() (uint64, error) {
 	}
 	// Validators treat a writer between taking its timestamp and
 	// publishing it as pending, so none misses a smaller timestamp.
+	// Publish before any wait for ring room: a validator spinning on the
+	// pending mark could be what holds the watermark back.
 	tx.state.cts.Store(pendingTS)
-	tx.cts = tx.e.clock.Next()
+	tx.cts = tx.e.clock.Reserve()
 	tx.state.cts.Store(tx.cts)
+	tx.e.clock.WaitRoom(tx.cts)
 	if tx.iso == engine.Serializable {
 		if err := tx.validate(); err != nil {
 			tx.Abort()

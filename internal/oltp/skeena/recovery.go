@@ -61,12 +61,8 @@ func decide(memRecs, diskRecs []engine.Recovered, memBase, diskBase uint64) (dec
 			return nil
 		}
 		switch r.Tag[0] {
-		case tagCross:
-			if len(r.Tag) == crossTagLen {
-				return nil
-			}
-		case tagReadMemory, tagReadStorage:
-			if len(r.Tag) == readOnlyTagSize {
+		case tagCross, tagReadMemory, tagReadStorage:
+			if len(r.Tag) == tagLen {
 				return nil
 			}
 		}

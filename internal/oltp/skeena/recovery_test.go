@@ -17,7 +17,7 @@ func TestDecide(t *testing.T) {
 		return engine.Recovered{CommitTS: c2, Snapshot: snap, Tag: crossTag(c1, c2)}
 	}
 	rd := func(kind byte, cts, snap, other uint64) engine.Recovered {
-		return engine.Recovered{CommitTS: cts, Snapshot: snap, Tag: readTag(kind, other)}
+		return engine.Recovered{CommitTS: cts, Snapshot: snap, Tag: readTag(kind, other, cts)}
 	}
 	show := func(d engine.Discard) string {
 		var tags []string

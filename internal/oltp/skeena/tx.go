@@ -170,26 +170,28 @@ func (tx *Tx) Rollback() {
 
 // Tags label what recovery must know of a logged sub-transaction:
 //
-//	'x' c1 c2   a cross-engine commit: present in both engines or dropped
-//	'r' a       a storage-only writer that read the anchor at snapshot a
-//	'w' v       a memory-only writer that read storage at snapshot v
+//	'x' c1 c2    a cross-engine commit: present in both engines or dropped
+//	'r' a cts    a storage-only writer (at cts) that read the anchor at a
+//	'w' v cts    a memory-only writer (at cts) that read storage at v
 const (
-	tagCross        = 'x'
-	tagReadMemory   = 'r'
-	tagReadStorage  = 'w'
-	crossTagLen     = 17
-	readOnlyTagSize = 9
+	tagCross       = 'x'
+	tagReadMemory  = 'r'
+	tagReadStorage = 'w'
+	tagLen         = 17
 )
 
 func crossTag(c1, c2 uint64) []byte {
-	b := make([]byte, 0, crossTagLen)
+	b := make([]byte, 0, tagLen)
 	b = append(b, tagCross)
 	b = binary.BigEndian.AppendUint64(b, c1)
 	return binary.BigEndian.AppendUint64(b, c2)
 }
 
-func readTag(kind byte, ts uint64) []byte {
-	return binary.BigEndian.AppendUint64([]byte{kind}, ts)
+func readTag(kind byte, read, cts uint64) []byte {
+	b := make([]byte, 0, tagLen)
+	b = append(b, kind)
+	b = binary.BigEndian.AppendUint64(b, read)
+	return binary.BigEndian.AppendUint64(b, cts)
 }
 
 // Commit commits the transaction and returns once it is durable in every
@@ -230,16 +232,23 @@ func (tx *Tx) Commit(ctx context.Context) (err error) {
 	switch {
 	case diskW:
 		tx.mem.Abort()
+		// What it read of the anchor must be durable before it can be: a
+		// crash that loses that memory commit must not keep this one.
+		if tx.memUsed {
+			if err := tx.s.mem.WaitDurable(ctx, tx.anchor); err != nil {
+				return fmt.Errorf("skeena: wait for the memory snapshot this transaction read to be durable: %w", err)
+			}
+		}
 		c2, err := tx.disk.PreCommit()
 		if err != nil {
 			return err
 		}
 		var tag []byte
 		if tx.memUsed {
-			tag = readTag(tagReadMemory, tx.anchor)
+			tag = readTag(tagReadMemory, tx.anchor, c2)
 		}
 		if err := tx.disk.PostCommit(tag); err != nil {
-			return err
+			return &UnacknowledgedError{Err: err}
 		}
 		return tx.s.ack(ctx, readMem, max(c2, readDisk), readMem, readDisk)
 	default:
@@ -250,16 +259,22 @@ func (tx *Tx) Commit(ctx context.Context) (err error) {
 			tx.mem.Abort()
 			return tx.s.ack(ctx, 0, readDisk, 0, readDisk)
 		}
+		if memW && tx.disk != nil {
+			// As above, the other way round.
+			if err := tx.s.disk.WaitDurable(ctx, tx.storage); err != nil {
+				return fmt.Errorf("skeena: wait for the storage snapshot this transaction read to be durable: %w", err)
+			}
+		}
 		c1, err := tx.mem.PreCommit()
 		if err != nil {
 			return err
 		}
 		var tag []byte
 		if memW && tx.disk != nil {
-			tag = readTag(tagReadStorage, tx.storage)
+			tag = readTag(tagReadStorage, tx.storage, c1)
 		}
 		if err := tx.mem.PostCommit(tag); err != nil {
-			return err
+			return &UnacknowledgedError{Err: err}
 		}
 		return tx.s.ack(ctx, max(c1, readMem), readDisk, readMem, readDisk)
 	}
@@ -301,16 +316,16 @@ func (tx *Tx) commitCross(ctx context.Context) error {
 	// Storage first: a reader whose anchor snapshot includes c1 must find
 	// c2 applied; the anchor makes the pair visible last.
 	if err := tx.disk.PostCommit(tag); err != nil {
+		// The storage engine failed; whether the batch reached its log is
+		// unknown, so it stays in flight (safe points hold below it).
 		tx.mem.Abort()
-		tx.s.cross.remove(tx)
-		return fmt.Errorf("skeena: cross-engine commit %d→%d: %w", c1, c2, err)
+		return &UnacknowledgedError{Err: fmt.Errorf("cross-engine commit %d→%d: %w", c1, c2, err)}
 	}
 	if tx.s.hook != nil {
 		tx.s.hook()
 	}
 	if err := tx.mem.PostCommit(tag); err != nil {
-		tx.s.cross.remove(tx)
-		return fmt.Errorf("skeena: cross-engine commit %d→%d: %w", c1, c2, err)
+		return &UnacknowledgedError{Err: fmt.Errorf("cross-engine commit %d→%d: %w", c1, c2, err)}
 	}
 	errMem := tx.s.mem.WaitDurable(ctx, max(c1, tx.anchor))
 	errDisk := tx.s.disk.WaitDurable(ctx, max(c2, tx.storage))
@@ -321,7 +336,10 @@ func (tx *Tx) commitCross(ctx context.Context) error {
 		return &UnacknowledgedError{Err: fmt.Errorf("cross-engine commit %d→%d: %w", c1, c2, errors.Join(errMem, errDisk))}
 	}
 	tx.s.cross.remove(tx)
-	return tx.s.cross.waitSettled(ctx, tx.anchor, tx.storage)
+	if err := tx.s.cross.waitSettled(ctx, tx.anchor, tx.storage); err != nil {
+		return &UnacknowledgedError{Err: err}
+	}
+	return nil
 }
 
 // ack waits until the memory engine is durable through mem and storage
@@ -339,7 +357,10 @@ func (s *Store) ack(ctx context.Context, mem, disk, sRead, vRead uint64) error {
 			return &UnacknowledgedError{Err: err}
 		}
 	}
-	return s.cross.waitSettled(ctx, sRead, vRead)
+	if err := s.cross.waitSettled(ctx, sRead, vRead); err != nil {
+		return &UnacknowledgedError{Err: err}
+	}
+	return nil
 }
 
 // UnacknowledgedError reports a commit whose writes were installed but not

@@ -42,12 +42,22 @@ func New(last uint64) *Clock {
 
 // Next allocates a timestamp. Callers must Finish it.
 func (c *Clock) Next() uint64 {
-	ts := c.last.Add(1)
+	ts := c.Reserve()
+	c.WaitRoom(ts)
+	return ts
+}
+
+// Reserve allocates a timestamp without waiting; the caller must WaitRoom
+// before it Finishes it. Split from Next for callers that must publish the
+// timestamp before they may block.
+func (c *Clock) Reserve() uint64 { return c.last.Add(1) }
+
+// WaitRoom waits until ts's ring slot is free: a timestamp far ahead of the
+// watermark waits for it to move. Rare.
+func (c *Clock) WaitRoom(ts uint64) {
 	for ts-c.visible.Load() >= ringSize {
-		// Far ahead of the watermark: the slot is still in use. Rare.
 		runtime.Gosched()
 	}
-	return ts
 }
 
 // Last is the last timestamp handed out.
