@@ -22,6 +22,9 @@ type Tx struct {
 	selected bool   // registered in Store.active
 	c1, c2   uint64 // cross-engine commit timestamps while in flight
 	done     bool
+
+	lastTable string // placement of the last table touched
+	lastPlace Placement
 }
 
 // TxOptions override the store's defaults for one transaction.
@@ -52,11 +55,15 @@ func (tx *Tx) sub(ctx context.Context, table string) (engine.Tx, error) {
 	if tx.done {
 		return nil, engine.ErrTxDone
 	}
-	p, err := tx.s.engineOf(table)
-	if err != nil {
-		return nil, err
+	// Transactions mostly touch one table again and again.
+	if table != tx.lastTable {
+		p, err := tx.s.engineOf(table)
+		if err != nil {
+			return nil, err
+		}
+		tx.lastTable, tx.lastPlace = table, p
 	}
-	if p == Memory {
+	if tx.lastPlace == Memory {
 		tx.memUsed = true
 		return tx.mem, nil
 	}
