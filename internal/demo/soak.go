@@ -285,6 +285,7 @@ func (p *pipeline) holdTransaction(ctx context.Context, cfg SoakConfig, pr *prob
 	}
 	start := time.Now()
 	res.HoldStartS = pr.sinceStart().Seconds()
+hold:
 	for freed := false; time.Since(start) < cfg.HoldFor; {
 		if !freed {
 			if w, err := p.srv.Node.Txn.Watermarks(ctx); err == nil && w.LWM > held {
@@ -294,10 +295,14 @@ func (p *pipeline) holdTransaction(ctx context.Context, cfg SoakConfig, pr *prob
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			break hold // the run ended: stop holding early
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	// Once open, the transaction is read again and ended even if the run's
+	// deadline has passed meanwhile (a loaded machine stretches the hold).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	var snap2 uint64
 	if err := conn.QueryRow(ctx, read).Scan(&snap2, &rows2, &saved2); err != nil {
 		return fmt.Errorf("soak: held transaction, second read: %w", err)
