@@ -23,33 +23,8 @@ func TestConformance(t *testing.T) {
 // follow it the old segment still reads cleanly.
 func TestTornTailThenMoreSegments(t *testing.T) {
 	dir := t.TempDir()
-	ctx := context.Background()
-	commitOne := func(e *Engine, key string) {
-		tx := e.Begin(e.LatestSnapshot(), engine.SnapshotIsolation)
-		if err := tx.Put("kv", []byte(key), []byte("g:"+key)); err != nil {
-			t.Fatal(err)
-		}
-		cts, err := tx.PreCommit()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.PostCommit(nil); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.WaitDurable(ctx, cts); err != nil {
-			t.Fatal(err)
-		}
-	}
-	open := func() *Engine {
-		e, err := Open(Options{Dir: dir, Tables: enginetest.Tables})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Start(ctx, engine.Discard{}); err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
+	commitOne := func(e *Engine, key string) { commitDurable(t, e, key) }
+	open := func() *Engine { return openStarted(t, dir, false) }
 	e := open()
 	commitOne(e, "a")
 	if err := e.Close(); err != nil {
@@ -140,30 +115,8 @@ func TestVersionGC(t *testing.T) {
 func TestCheckpointKeepsLaterRecords(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	e, err := Open(Options{Dir: dir, Tables: enginetest.Tables, GCInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Start(ctx, engine.Discard{}); err != nil {
-		t.Fatal(err)
-	}
-	commit := func(k string) uint64 {
-		tx := e.Begin(e.LatestSnapshot(), engine.SnapshotIsolation)
-		if err := tx.Put("kv", []byte(k), []byte("g:"+k)); err != nil {
-			t.Fatal(err)
-		}
-		cts, err := tx.PreCommit()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.PostCommit(nil); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.WaitDurable(ctx, cts); err != nil {
-			t.Fatal(err)
-		}
-		return cts
-	}
+	e := openStarted(t, dir, true)
+	commit := func(k string) uint64 { return commitDurable(t, e, k) }
 	safe := commit("a")
 	commit("b") // acknowledged, above the safe point
 	for i := 0; i < 3; i++ {
@@ -178,13 +131,7 @@ func TestCheckpointKeepsLaterRecords(t *testing.T) {
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
-	e, err = Open(Options{Dir: dir, Tables: enginetest.Tables, GCInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Start(ctx, engine.Discard{}); err != nil {
-		t.Fatal(err)
-	}
+	e = openStarted(t, dir, true)
 	defer e.Close()
 	tx := e.Begin(e.LatestSnapshot(), engine.SnapshotIsolation)
 	for _, k := range []string{"a", "b", "c"} {
@@ -202,4 +149,42 @@ func TestCheckpointKeepsLaterRecords(t *testing.T) {
 	if len(segs) != 1 {
 		t.Fatalf("%d redo segments after a checkpoint covering everything, want 1 (the open one)", len(segs))
 	}
+}
+
+// openStarted opens and starts an engine in dir (version GC stepped by hand
+// when manualGC).
+func openStarted(t *testing.T, dir string, manualGC bool) *Engine {
+	t.Helper()
+	opts := Options{Dir: dir, Tables: enginetest.Tables}
+	if manualGC {
+		opts.GCInterval = -1
+	}
+	e, err := Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(context.Background(), engine.Discard{}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// commitDurable writes key = "g:"+key and waits until it is durable.
+func commitDurable(t *testing.T, e *Engine, key string) uint64 {
+	t.Helper()
+	tx := e.Begin(e.LatestSnapshot(), engine.SnapshotIsolation)
+	if err := tx.Put("kv", []byte(key), []byte("g:"+key)); err != nil {
+		t.Fatal(err)
+	}
+	cts, err := tx.PreCommit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.PostCommit(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.WaitDurable(context.Background(), cts); err != nil {
+		t.Fatal(err)
+	}
+	return cts
 }
