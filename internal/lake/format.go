@@ -72,6 +72,9 @@ func (o *WriterOptions) codec() (compress.Compression, error) {
 	return 0, fmt.Errorf("lake: unknown codec %q", o.Codec)
 }
 
+// dataPageBytes is the target size of a data page before compression.
+const dataPageBytes = 64 << 10
+
 // FileWriter writes one Retina Parquet file from Arrow records whose schema
 // is FileSchema(table). Row groups hold up to RowGroupRows rows; a record may
 // span row groups. Records are held (retained) until their row group is
@@ -115,6 +118,11 @@ func NewFileWriter(w io.Writer, schema *arrow.Schema, opts WriterOptions) (*File
 		parquet.WithMaxRowGroupLength(opts.RowGroupRows),
 		parquet.WithDictionaryDefault(false),
 		parquet.WithCreatedBy("retina"),
+		// Pages of 64 KiB and an offset index per column chunk let a read
+		// of one row (a point lookup) fetch and decode one page per column
+		// instead of its whole row group; scans read the same bytes.
+		parquet.WithDataPageSize(dataPageBytes),
+		parquet.WithPageIndexEnabled(true),
 	}
 	for _, f := range schema.Fields() {
 		if !opts.PlainStrings && (f.Type.ID() == arrow.STRING || f.Type.ID() == arrow.BINARY) {
@@ -207,6 +215,7 @@ func (w *FileWriter) Close() ([]RowGroupMeta, error) {
 
 // File reads a Retina Parquet file.
 type File struct {
+	src    parquet.ReaderAtSeeker
 	pf     *file.Reader
 	fr     *pqarrow.FileReader
 	schema *arrow.Schema // table columns, without create_ts
@@ -217,9 +226,15 @@ type File struct {
 }
 
 // OpenFile reads the footer of a Retina file and its row-group statistics.
+// The file's tail is fetched in one read: the footer, its length, and the
+// offset indexes written before it, which point reads use.
 func OpenFile(r parquet.ReaderAtSeeker, mem memory.Allocator) (*File, error) {
 	if mem == nil {
 		mem = memory.DefaultAllocator
+	}
+	r, err := newTailReader(r)
+	if err != nil {
+		return nil, err
 	}
 	pf, err := file.NewParquetReader(r)
 	if err != nil {
@@ -240,7 +255,7 @@ func OpenFile(r parquet.ReaderAtSeeker, mem memory.Allocator) (*File, error) {
 		pf.Close()
 		return nil, fmt.Errorf("%w: no %s column", ErrBadFile, CreateTSColumn)
 	}
-	f := &File{pf: pf, fr: fr, schema: arrow.NewSchema(plainFields(full.Fields()[:n-1]), nil), tsIdx: n - 1, mem: mem}
+	f := &File{src: r, pf: pf, fr: fr, schema: arrow.NewSchema(plainFields(full.Fields()[:n-1]), nil), tsIdx: n - 1, mem: mem}
 	md := pf.MetaData()
 	for i := range md.NumRowGroups() {
 		rg := md.RowGroup(i)
@@ -295,20 +310,9 @@ func (f *File) ReadRowGroup(ctx context.Context, rg int, cols []int, withCreateT
 	if rg < 0 || rg >= len(f.groups) {
 		return nil, fmt.Errorf("lake: row group %d of %d", rg, len(f.groups))
 	}
-	idx := make([]int, 0, len(cols)+1)
-	missing := false
-	for _, c := range cols {
-		switch {
-		case c >= 0 && c < f.tsIdx:
-			idx = append(idx, c)
-		case c >= f.tsIdx && c < f.tsIdx+len(f.added):
-			missing = true
-		default:
-			return nil, fmt.Errorf("lake: column %d of %d", c, f.tsIdx+len(f.added))
-		}
-	}
-	if withCreateTS {
-		idx = append(idx, f.tsIdx)
+	idx, missing, err := f.leaves(cols, withCreateTS)
+	if err != nil {
+		return nil, err
 	}
 	tbl, err := f.fr.ReadRowGroups(ctx, idx, []int{rg})
 	if err != nil {
@@ -321,6 +325,34 @@ func (f *File) ReadRowGroup(ctx context.Context, rg int, cols []int, withCreateT
 	}
 	defer rec.Release()
 	return f.withAdded(rec, cols, withCreateTS), nil
+}
+
+// withPlainSchema is rec, which it releases, without the Parquet reader's
+// field metadata, so it reads as ReadRowGroup's records do.
+func withPlainSchema(rec arrow.RecordBatch) arrow.RecordBatch {
+	defer rec.Release()
+	return array.NewRecordBatch(arrow.NewSchema(plainFields(rec.Schema().Fields()), nil), rec.Columns(), rec.NumRows())
+}
+
+// leaves maps projected table columns to the file's Parquet columns, with
+// create_ts last when withCreateTS; missing reports a projected column
+// the file does not have (added to the table later).
+func (f *File) leaves(cols []int, withCreateTS bool) (idx []int, missing bool, err error) {
+	idx = make([]int, 0, len(cols)+1)
+	for _, c := range cols {
+		switch {
+		case c >= 0 && c < f.tsIdx:
+			idx = append(idx, c)
+		case c >= f.tsIdx && c < f.tsIdx+len(f.added):
+			missing = true
+		default:
+			return nil, false, fmt.Errorf("lake: column %d of %d", c, f.tsIdx+len(f.added))
+		}
+	}
+	if withCreateTS {
+		idx = append(idx, f.tsIdx)
+	}
+	return idx, missing, nil
 }
 
 // withAdded is rec (the file's columns among cols, then create_ts) with

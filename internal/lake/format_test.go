@@ -259,3 +259,110 @@ func TestWriterRejectsBadSchemas(t *testing.T) {
 		t.Fatal("garbage opened as a file")
 	}
 }
+
+// TestReadRowEqualsItsRowGroup reads single rows of every type, NULLs
+// included, at page and row-group edges and at random, and compares them
+// with the row groups read whole; a projection reads only its columns.
+func TestReadRowEqualsItsRowGroup(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(5, 8))
+	schema := testSchema()
+	rec := randomRecord(rng, schema, 30000, func(i int) int64 { return int64(i + 1) })
+	defer rec.Release()
+	data, _ := writeFile(t, []arrow.RecordBatch{rec}, WriterOptions{RowGroupRows: 12000})
+	s := openTestStore(t, "mem://", RetryPolicy{})
+	if err := s.Put(ctx, "f", data); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.ReaderAt(ctx, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := OpenFile(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	all := make([]int, schema.NumFields())
+	for i := range all {
+		all[i] = i
+	}
+	rows := []int64{0, 1, 11999, 12000, 12001, 23999, 24000, 29999}
+	for range 40 {
+		rows = append(rows, rng.Int64N(30000))
+	}
+	for _, row := range rows {
+		for _, cols := range [][]int{all, {8, 3}, {}} {
+			got, err := f.ReadRow(ctx, row, cols)
+			if err != nil {
+				t.Fatalf("row %d: %v", row, err)
+			}
+			if got.NumRows() != 1 || int(got.NumCols()) != len(cols) {
+				t.Fatalf("row %d columns %v: %d rows, %d columns", row, cols, got.NumRows(), got.NumCols())
+			}
+			for i, c := range cols {
+				if !sameCell(got.Column(i), 0, rec.Column(c), int(row)) {
+					t.Fatalf("row %d column %s: %v, want %v", row, got.ColumnName(i), got.Column(i).ValueStr(0), rec.Column(c).ValueStr(int(row)))
+				}
+			}
+			got.Release()
+		}
+	}
+	for _, bad := range []int64{-1, 30000} {
+		if _, err := f.ReadRow(ctx, bad, all); err == nil {
+			t.Fatalf("row %d of 30000 read", bad)
+		}
+	}
+}
+
+// TestReadRowFetchesOnlyItsPages: one row of a large row group fetches a
+// small part of the column chunk holding it (the offset index finds its
+// page), not the chunk.
+func TestReadRowFetchesOnlyItsPages(t *testing.T) {
+	ctx := context.Background()
+	b := array.NewRecordBuilder(memory.DefaultAllocator, FileSchema(arrow.NewSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}}, nil)))
+	defer b.Release()
+	rng := rand.New(rand.NewPCG(1, 1))
+	for i := range 1 << 20 {
+		b.Field(0).(*array.Int64Builder).Append(rng.Int64()) // incompressible
+		b.Field(1).(*array.Int64Builder).Append(int64(i))
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	data, _ := writeFile(t, []arrow.RecordBatch{rec}, WriterOptions{})
+	s := openTestStore(t, "mem://", RetryPolicy{})
+	if err := s.Put(ctx, "f", data); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.ReaderAt(ctx, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := OpenFile(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	before, reads := r.BytesRead(), r.Reads()
+	got, err := f.ReadRow(ctx, 700_000, []int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Release()
+	if v := got.Column(0).(*array.Int64).Value(0); v != rec.Column(0).(*array.Int64).Value(700_000) {
+		t.Fatalf("row 700000: %d", v)
+	}
+	chunk := int64(8 << 20) // the column chunk: 1M incompressible int64
+	if read := r.BytesRead() - before; read > chunk/16 {
+		t.Fatalf("one row fetched %d bytes of a %d-byte column chunk", read, chunk)
+	}
+	// Opening read the file's tail, offset indexes included: the row
+	// takes one request, for its page, however many readers look at the
+	// offset indexes.
+	if reads > 1 {
+		t.Fatalf("opening the file took %d range reads", reads)
+	}
+	if n := r.Reads() - reads; n > 1 {
+		t.Fatalf("one row of one column took %d range reads", n)
+	}
+}

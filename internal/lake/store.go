@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"gocloud.dev/blob"
@@ -327,26 +328,31 @@ type ObjectReader struct {
 	key   string
 	size  int64
 	pos   int64
-	reads int // range requests made, for tests and metrics
+	reads atomic.Int64 // range requests made, for tests and metrics
+	bytes atomic.Int64 // bytes they returned
 }
 
 // Size is the object's length.
 func (r *ObjectReader) Size() int64 { return r.size }
 
 // Reads is how many range requests the reader made.
-func (r *ObjectReader) Reads() int { return r.reads }
+func (r *ObjectReader) Reads() int { return int(r.reads.Load()) }
 
-// ReadAt reads len(p) bytes at off.
+// BytesRead is how many bytes those requests returned.
+func (r *ObjectReader) BytesRead() int64 { return r.bytes.Load() }
+
+// ReadAt reads len(p) bytes at off. Reads may run in parallel.
 func (r *ObjectReader) ReadAt(p []byte, off int64) (int, error) {
 	if off >= r.size {
 		return 0, io.EOF
 	}
 	n := min(int64(len(p)), r.size-off)
 	data, err := r.store.ReadRange(r.ctx, r.key, off, n)
-	r.reads++
+	r.reads.Add(1)
 	if err != nil {
 		return 0, err
 	}
+	r.bytes.Add(int64(len(data)))
 	copy(p, data)
 	if n < int64(len(p)) {
 		return int(n), io.EOF
