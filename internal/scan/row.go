@@ -77,19 +77,12 @@ func (sc *Scanner) readRowIn(ctx context.Context, t *catalog.Table, key string, 
 		return nil, err
 	}
 	defer pf.Close()
-	for g, meta := range pf.RowGroups() {
-		if n := int(meta.Rows); i >= n {
-			i -= n
-			continue
-		}
-		rec, err := pf.ReadRowGroup(ctx, g, cols, false)
-		if err != nil {
-			return nil, err
-		}
-		defer rec.Release()
-		return rowOf(rec, i, cols)
+	rec, err := pf.ReadRow(ctx, int64(i), cols)
+	if err != nil {
+		return nil, fmt.Errorf("object %s: %w", key, err)
 	}
-	return nil, fmt.Errorf("object %s has fewer rows", key)
+	defer rec.Release()
+	return rowOf(rec, 0, cols)
 }
 
 // rowOf is row i of a record's first len(cols) columns; a buffered record
