@@ -151,6 +151,7 @@ func queryFlags(f *pflag.FlagSet, cfg *bench.QueryConfig) {
 	f.Float64Var(&cfg.DeltaPct, "delta-pct", cfg.DeltaPct, "percent of rows updated after the load")
 	f.IntVar(&cfg.Runs, "runs", cfg.Runs, "timed runs per figure (median reported)")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
+	f.IntVar(&cfg.BlockCacheMiB, "block-cache-mib", cfg.BlockCacheMiB, "MiB of flushed write-buffer blocks kept decoded for scans (0: off)")
 }
 
 func e2eFlags(f *pflag.FlagSet, cfg *bench.E2EConfig) {

@@ -33,11 +33,14 @@ type QueryConfig struct {
 	DeltaPct float64 // share of rows updated after the load
 	Runs     int     // timed runs per figure (the median is reported)
 	Seed     uint64
+	// BlockCacheMiB keeps flushed write-buffer blocks (the delta's new
+	// versions) decoded for scans (0: off, as the server's default).
+	BlockCacheMiB int
 }
 
 // DefaultQueryConfig loads 10M rows and updates 1%.
 func DefaultQueryConfig() QueryConfig {
-	return QueryConfig{Rows: 10_000_000, FileRows: 1 << 20, DeltaPct: 1, Runs: 5, Seed: 1}
+	return QueryConfig{Rows: 10_000_000, FileRows: 1 << 20, DeltaPct: 1, Runs: 5, Seed: 1, BlockCacheMiB: 64}
 }
 
 const benchQuery = `SELECT type, count(*) AS n, sum(amount) AS total, avg(fee) AS fee FROM transfer WHERE NOT flagged GROUP BY type ORDER BY type`
@@ -52,7 +55,7 @@ func Query(ctx context.Context, r *Report, cfg QueryConfig) error {
 	}
 	defer os.RemoveAll(dir)
 	quiet := slog.New(slog.DiscardHandler)
-	n, err := server.OpenNode(ctx, server.NodeConfig{DataDir: dir, Replayers: 1, Logger: quiet})
+	n, err := server.OpenNode(ctx, server.NodeConfig{DataDir: dir, Replayers: 1, BlockCacheBytes: int64(cfg.BlockCacheMiB) << 20, Logger: quiet})
 	if err != nil {
 		return err
 	}
@@ -128,6 +131,7 @@ func Query(ctx context.Context, r *Report, cfg QueryConfig) error {
 	// With and without the visibility check alternate, so a noisy spell on
 	// this shared machine hits both figures alike.
 	var visRuns, noVisRuns []time.Duration
+	cacheBefore := cacheStats(n)
 	for range cfg.Runs {
 		for _, noVis := range []bool{false, true} {
 			n.Scanner.NoVisibility = noVis
@@ -144,6 +148,7 @@ func Query(ctx context.Context, r *Report, cfg QueryConfig) error {
 		}
 	}
 	withVis, noVis := median(visRuns), median(noVisRuns)
+	cacheAfter := cacheStats(n)
 	native, err := nativeLatency(ctx, strings.TrimPrefix(n.Config.Lake, "file://"), files, cfg.Runs)
 	if err != nil {
 		return err
@@ -169,8 +174,23 @@ func Query(ctx context.Context, r *Report, cfg QueryConfig) error {
 	r.Set("vs_duckdb_native_ratio", math.Round(float64(withVis)/float64(native)*1000)/1000)
 	r.Set("vs_duckdb_native_ratio_static", math.Round(float64(static)/float64(native)*1000)/1000)
 	r.Set("point_lookup_ms", math.Round(ms(point)*100)/100)
+	r.Set("block_cache_mib", cfg.BlockCacheMiB)
+	if looked := (cacheAfter.Hits + cacheAfter.Misses) - (cacheBefore.Hits + cacheBefore.Misses); looked > 0 {
+		// Of the flushed blocks the runs with the delta read.
+		ratio := float64(cacheAfter.Hits-cacheBefore.Hits) / float64(looked)
+		r.Printf("block cache: %.0f%% of %d flushed-block reads hit", ratio*100, looked)
+		r.Set("block_cache_hit_ratio", math.Round(ratio*1000)/1000)
+	}
 	r.Set("selective_scan_ms", math.Round(ms(selective)*10)/10)
 	return nil
+}
+
+// cacheStats are the node's block cache figures (zero without one).
+func cacheStats(n *server.Node) writebuffer.CacheStats {
+	if n.BlockCache == nil {
+		return writebuffer.CacheStats{}
+	}
+	return n.BlockCache.Stats()
 }
 
 // timedQuery runs a prepared statement with args and reads every row.
