@@ -11,6 +11,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/retinadb/retina/internal/types"
 )
@@ -364,5 +366,53 @@ func TestReadRowFetchesOnlyItsPages(t *testing.T) {
 	}
 	if n := r.Reads() - reads; n > 1 {
 		t.Fatalf("one row of one column took %d range reads", n)
+	}
+}
+
+// TestReadRowWithoutOffsetIndex: a file written before files carried an
+// offset index (here by the Parquet writer's defaults: no page index, 1 MiB
+// pages) reads single rows too, page header by page header.
+func TestReadRowWithoutOffsetIndex(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(9, 9))
+	schema := testSchema()
+	rec := randomRecord(rng, schema, 20000, func(i int) int64 { return int64(i + 1) })
+	defer rec.Release()
+	var buf bytes.Buffer
+	props := parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(8000), parquet.WithStats(true))
+	w, err := pqarrow.NewFileWriter(rec.Schema(), &buf, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := openTestStore(t, "mem://", RetryPolicy{})
+	if err := s.Put(ctx, "old", buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.ReaderAt(ctx, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := OpenFile(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, row := range []int64{0, 7999, 8000, 15001, 19999} {
+		got, err := f.ReadRow(ctx, row, []int{0, 8, 13})
+		if err != nil {
+			t.Fatalf("row %d: %v", row, err)
+		}
+		for i, c := range []int{0, 8, 13} {
+			if !sameCell(got.Column(i), 0, rec.Column(c), int(row)) {
+				t.Fatalf("row %d column %s: %v, want %v", row, got.ColumnName(i), got.Column(i).ValueStr(0), rec.Column(c).ValueStr(int(row)))
+			}
+		}
+		got.Release()
 	}
 }
