@@ -446,24 +446,7 @@ func nativePositional(ctx context.Context, lakeDir string, files []*catalog.File
 		return 0, fmt.Errorf("positional filter: %d rows with the delta, %d base rows kept; want %d and %d", count, kept, cfg.Rows, cfg.Rows-len(deleted))
 	}
 	q := strings.Replace(benchQuery, "FROM transfer", "FROM "+from, 1)
-	var times []time.Duration
-	for range cfg.Runs {
-		t0 := time.Now()
-		rows, err := db.QueryContext(ctx, q)
-		if err != nil {
-			return 0, err
-		}
-		for rows.Next() {
-		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
-			return 0, err
-		}
-		times = append(times, time.Since(t0))
-	}
-	slices.Sort(times)
-	return times[len(times)/2], nil
+	return medianLatency(ctx, db, q, cfg.Runs)
 }
 
 // nativeLatency runs the same query with DuckDB's own Parquet reader over
@@ -479,6 +462,11 @@ func nativeLatency(ctx context.Context, lakeDir string, files []*catalog.File, r
 		paths[i] = "'" + filepath.Join(lakeDir, f.Key) + "'"
 	}
 	q := strings.Replace(benchQuery, "FROM transfer", "FROM read_parquet(["+strings.Join(paths, ",")+"])", 1)
+	return medianLatency(ctx, db, q, runs)
+}
+
+// medianLatency is the median time of runs executions of q, every row read.
+func medianLatency(ctx context.Context, db *sql.DB, q string, runs int) (time.Duration, error) {
 	var times []time.Duration
 	for range runs {
 		t0 := time.Now()

@@ -225,19 +225,7 @@ func TestReaderFetchesOnlyWhatItNeeds(t *testing.T) {
 	schema := testSchema()
 	rec := randomRecord(rng, schema, 20000, func(i int) int64 { return int64(i + 1) })
 	data, _ := writeFile(t, []arrow.RecordBatch{rec}, WriterOptions{RowGroupRows: 5000})
-	s := openTestStore(t, "mem://", RetryPolicy{})
-	if err := s.Put(ctx, "f", data); err != nil {
-		t.Fatal(err)
-	}
-	r, err := s.ReaderAt(ctx, "f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := OpenFile(r, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	r, f := openStored(t, data)
 	afterOpen := r.Reads()
 	got, err := f.ReadRowGroup(ctx, 1, []int{0}, false)
 	if err != nil {
@@ -272,19 +260,7 @@ func TestReadRowEqualsItsRowGroup(t *testing.T) {
 	rec := randomRecord(rng, schema, 30000, func(i int) int64 { return int64(i + 1) })
 	defer rec.Release()
 	data, _ := writeFile(t, []arrow.RecordBatch{rec}, WriterOptions{RowGroupRows: 12000})
-	s := openTestStore(t, "mem://", RetryPolicy{})
-	if err := s.Put(ctx, "f", data); err != nil {
-		t.Fatal(err)
-	}
-	r, err := s.ReaderAt(ctx, "f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := OpenFile(r, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	_, f := openStored(t, data)
 	all := make([]int, schema.NumFields())
 	for i := range all {
 		all[i] = i
@@ -332,19 +308,7 @@ func TestReadRowFetchesOnlyItsPages(t *testing.T) {
 	rec := b.NewRecordBatch()
 	defer rec.Release()
 	data, _ := writeFile(t, []arrow.RecordBatch{rec}, WriterOptions{})
-	s := openTestStore(t, "mem://", RetryPolicy{})
-	if err := s.Put(ctx, "f", data); err != nil {
-		t.Fatal(err)
-	}
-	r, err := s.ReaderAt(ctx, "f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := OpenFile(r, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	r, f := openStored(t, data)
 	before, reads := r.BytesRead(), r.Reads()
 	got, err := f.ReadRow(ctx, 700_000, []int{0})
 	if err != nil {
@@ -390,19 +354,7 @@ func TestReadRowWithoutOffsetIndex(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s := openTestStore(t, "mem://", RetryPolicy{})
-	if err := s.Put(ctx, "old", buf.Bytes()); err != nil {
-		t.Fatal(err)
-	}
-	r, err := s.ReaderAt(ctx, "old")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := OpenFile(r, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	_, f := openStored(t, buf.Bytes())
 	for _, row := range []int64{0, 7999, 8000, 15001, 19999} {
 		got, err := f.ReadRow(ctx, row, []int{0, 8, 13})
 		if err != nil {
@@ -415,4 +367,25 @@ func TestReadRowWithoutOffsetIndex(t *testing.T) {
 		}
 		got.Release()
 	}
+}
+
+// openStored puts a file's bytes in a mem:// store and opens it; the
+// reader counts the requests made.
+func openStored(t *testing.T, data []byte) (*ObjectReader, *File) {
+	t.Helper()
+	ctx := context.Background()
+	s := openTestStore(t, "mem://", RetryPolicy{})
+	if err := s.Put(ctx, "f", data); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.ReaderAt(ctx, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := OpenFile(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return r, f
 }
