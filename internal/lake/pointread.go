@@ -76,7 +76,7 @@ func (f *File) readRow(ctx context.Context, rg int, within int64, idx []int) (ar
 	// Not closed: closing would close f's source, which it shares.
 	spans, err := pageSpans(pf, rg, within, idx)
 	if err != nil {
-		return nil, fmt.Errorf("%w: offset index: %w", ErrBadFile, err)
+		return nil, fmt.Errorf("offset index: %w", err) // a read's error or a bad index
 	}
 	if err := src.fetch(ctx, spans); err != nil {
 		return nil, err
@@ -97,10 +97,11 @@ func (f *File) readRow(ctx context.Context, rg int, within int64, idx []int) (ar
 	if err != nil {
 		return nil, err
 	}
-	if rec.NumRows() < 1 {
-		return nil, fmt.Errorf("%w: the row group ended before the row", ErrBadFile)
+	if rec.NumRows() != 1 {
+		return nil, fmt.Errorf("%w: a batch of one row at the row held %d", ErrBadFile, rec.NumRows())
 	}
-	return withPlainSchema(rec.NewSlice(0, 1)), nil
+	rec.Retain() // withPlainSchema releases it; rr keeps its own reference
+	return withPlainSchema(rec), nil
 }
 
 // span is a byte range of a file.
