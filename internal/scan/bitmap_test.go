@@ -53,7 +53,10 @@ func TestSmallScanBuildsASmallBitmap(t *testing.T) {
 // are all deleted at the snapshot (a table that purges its oldest rows)
 // are skipped unread, in write-buffer files and in combined ones.
 func TestDeadBlocksAndGroupsAreNotRead(t *testing.T) {
-	n := servertest.OpenNodeWith(t, 16, 64) // blocks of 16 rows; combined groups of 256
+	// Blocks of 16 rows, combined groups of 256; a file holds 2048 rows, so
+	// the 1536 written stay in one virtual file until Finish combines it
+	// (a full file could be combined before the first scan).
+	n := servertest.OpenNodeWith(t, 16, 128)
 	tb := servertest.CreateTable(t, n, "history", []catalog.Column{{Name: "id", Type: types.Of(types.Int64)}}, "id")
 	var ops []replay.Op
 	for i := range 1024 {

@@ -47,17 +47,22 @@ func (sc *Scanner) readRow(ctx context.Context, t *catalog.Table, f *catalog.Fil
 					continue
 				}
 				i := int(offset - b.First)
-				if b.Records != nil {
-					for _, rec := range b.Records {
-						if n := int(rec.NumRows()); i >= n {
-							i -= n
-							continue
-						}
-						return rowOf(rec, i, cols)
+				recs := b.Records
+				if recs == nil { // flushed and not in the block cache
+					var err error
+					if recs, err = sc.readBlock(ctx, b.Key); err != nil {
+						return nil, err
 					}
-					return nil, fmt.Errorf("block at %d holds fewer rows than it says", b.First)
+					defer releaseRecords(recs)
 				}
-				return sc.readRowIn(ctx, t, b.Key, i, cols)
+				for _, rec := range recs {
+					if n := int(rec.NumRows()); i >= n {
+						i -= n
+						continue
+					}
+					return rowOf(rec, i, cols)
+				}
+				return nil, fmt.Errorf("block at %d holds fewer rows than it says", b.First)
 			}
 			return nil, fmt.Errorf("no block of the file holds it")
 		}

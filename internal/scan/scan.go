@@ -32,6 +32,7 @@ type Owners func(replayer uint32) (Owner, bool)
 // Lake is what a scan reads from object storage.
 type Lake interface {
 	ReaderAt(ctx context.Context, key string) (*lake.ObjectReader, error)
+	Get(ctx context.Context, key string) ([]byte, error) // a whole (block) object
 }
 
 // Scanner runs scans; it is safe for concurrent use.
@@ -326,44 +327,65 @@ func (sc *Scanner) scanVirtual(ctx context.Context, req Request, f *catalog.File
 			st.DeadSkipped++
 			continue
 		}
-		if b.Records == nil {
-			if err := sc.scanBlockObject(ctx, req, b, del, st, emit); err != nil {
+		recs := b.Records
+		if recs == nil { // flushed and not in the block cache
+			var err error
+			if recs, err = sc.readBlock(ctx, b.Key); err != nil {
 				return err
 			}
-			continue
 		}
-		offset := int(b.First)
-		for _, rec := range b.Records {
-			rows := int(rec.NumRows())
-			proj, err := project(rec, req.Table, req.Columns)
-			if err != nil {
-				return err
-			}
-			deleted, err := del.at(offset, rows)
-			if err == nil {
-				err = sc.filterEmit(ctx, proj, deleted, true, req.Snapshot, st, emit)
-			}
-			proj.Release()
-			if err != nil {
-				return err
-			}
-			offset += rows
+		err := sc.scanRecords(ctx, req, recs, int(b.First), del, st, emit)
+		if b.Records == nil {
+			releaseRecords(recs)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-func (sc *Scanner) scanBlockObject(ctx context.Context, req Request, b writebuffer.BlockView, del *deletedSet, st *Stats, emit Selected) error {
-	r, err := sc.lake.ReaderAt(ctx, b.Key)
-	if err != nil {
-		return err
+// scanRecords filters and emits a block's records, the first of which
+// starts at offset first of its file.
+func (sc *Scanner) scanRecords(ctx context.Context, req Request, recs []arrow.RecordBatch, first int, del *deletedSet, st *Stats, emit Selected) error {
+	offset := first
+	for _, rec := range recs {
+		rows := int(rec.NumRows())
+		proj, err := project(rec, req.Table, req.Columns)
+		if err != nil {
+			return err
+		}
+		deleted, err := del.at(offset, rows)
+		if err == nil {
+			err = sc.filterEmit(ctx, proj, deleted, true, req.Snapshot, st, emit)
+		}
+		proj.Release()
+		if err != nil {
+			return err
+		}
+		offset += rows
 	}
-	pf, err := openWidened(r, req.Table, sc.mem)
+	return nil
+}
+
+// readBlock reads and decodes a flushed block object; the caller releases
+// its records.
+func (sc *Scanner) readBlock(ctx context.Context, key string) ([]arrow.RecordBatch, error) {
+	data, err := sc.lake.Get(ctx, key)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer pf.Close()
-	return sc.scanRowGroups(ctx, req, pf, int(b.First), -1, del, st, emit)
+	recs, err := lake.ReadBlock(ctx, data, sc.mem)
+	if err != nil {
+		return nil, fmt.Errorf("block object %s: %w", key, err)
+	}
+	return recs, nil
+}
+
+func releaseRecords(recs []arrow.RecordBatch) {
+	for _, r := range recs {
+		r.Release()
+	}
 }
 
 // openWidened opens a Parquet object of table t: written before the table

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,20 +76,29 @@ func RegularKey(table uint32, file uint64) string {
 }
 
 func blockKey(table uint32, file uint64, first uint32) string {
-	return fmt.Sprintf("%sb%08d.parquet", BlockPrefix(table, file), first)
+	return fmt.Sprintf("%sb%08d%s", BlockPrefix(table, file), first, lake.BlockSuffix)
 }
 
 // BlockPrefix is the object-key prefix of a virtual file's block objects.
 func BlockPrefix(table uint32, file uint64) string { return fmt.Sprintf("t%d/v%d/", table, file) }
 
-// BlockFirst reads the offset of a block's first row from its object key.
+// BlockFirst reads the offset of a block's first row from its object key:
+// b<first, 8 digits> then ".arrow", or ".parquet" for blocks flushed by
+// earlier versions.
 func BlockFirst(key string) (uint32, bool) {
-	i := strings.LastIndexByte(key, '/')
-	var first uint32
-	if n, err := fmt.Sscanf(key[i+1:], "b%08d.parquet", &first); err != nil || n != 1 || !strings.HasSuffix(key, ".parquet") {
-		return 0, false
+	name := key[strings.LastIndexByte(key, '/')+1:]
+	for _, suffix := range []string{lake.BlockSuffix, ".parquet"} {
+		digits, ok := strings.CutSuffix(name, suffix)
+		if !ok || len(digits) < 9 || digits[0] != 'b' {
+			continue
+		}
+		first, err := strconv.ParseUint(digits[1:], 10, 32)
+		if err != nil {
+			return 0, false
+		}
+		return uint32(first), true
 	}
-	return first, true
+	return 0, false
 }
 
 // Run is a contiguous range of appended rows in one virtual file.

@@ -190,10 +190,17 @@ func viewRows(t *testing.T, store *lake.Store, fv FileView) []int64 {
 			t.Fatalf("file %d: block at %d, expected %d (gap or overlap)", fv.FileID, bv.First, next)
 		}
 		n := len(ids)
-		if bv.Records == nil {
-			read(bv.Key)
+		recs := bv.Records
+		if recs == nil {
+			data, err := store.Get(context.Background(), bv.Key)
+			if err != nil {
+				t.Fatalf("file %d: block %s unreadable inside a view: %v", fv.FileID, bv.Key, err)
+			}
+			if recs, err = lake.ReadBlock(context.Background(), data, nil); err != nil {
+				t.Fatalf("block %s: %v", bv.Key, err)
+			}
 		}
-		for _, r := range bv.Records {
+		for _, r := range recs {
 			ids = append(ids, r.Column(0).(*array.Int64).Int64Values()...)
 		}
 		if len(ids)-n != bv.Rows {
@@ -593,5 +600,28 @@ func TestCombinationTakesCachedBlocks(t *testing.T) {
 	}
 	if len(fromCache) != 64 || !slices.Equal(fromCache, fromObjects) {
 		t.Fatalf("combined from the cache: %d rows %v…; from the objects: %d rows %v…", len(fromCache), fromCache[:min(3, len(fromCache))], len(fromObjects), fromObjects[:min(3, len(fromObjects))])
+	}
+}
+
+// TestBlockFirstReadsBothFormats: recovery finds the first row of blocks
+// flushed as IPC and of blocks an earlier version flushed as Parquet, and
+// nothing in other keys.
+func TestBlockFirstReadsBothFormats(t *testing.T) {
+	for key, want := range map[string]int64{
+		blockKey(3, 9, 4096):        4096,
+		"t3/v9/b00004096.parquet":   4096,
+		"t3/v9/b4294967295.arrow":   4294967295,
+		"t3/v9/b00000000.arrow":     0,
+		"t3/v9/b4294967296.arrow":   -1,
+		"t3/v9/x00000001.arrow":     -1,
+		"t3/v9/b0000001.arrow":      -1,
+		"t3/v9/b00000001.arrow.tmp": -1,
+		"t3/v9/b-0000001.arrow":     -1,
+		"t3/f9.parquet":             -1,
+	} {
+		first, ok := BlockFirst(key)
+		if ok != (want >= 0) || ok && int64(first) != want {
+			t.Errorf("BlockFirst(%q) = %d, %v; want %d", key, first, ok, want)
+		}
 	}
 }

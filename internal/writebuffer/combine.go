@@ -165,28 +165,25 @@ func sameSchema(recs []arrow.RecordBatch, schema *arrow.Schema) bool {
 	return len(recs) > 0
 }
 
-// copyBlock appends every row of one block object to w.
+// copyBlock appends every row of one block object to w, in the file's
+// schema (NULL in the columns the table gained after the block was built).
 func copyBlock(ctx context.Context, w *lake.FileWriter, schema *arrow.Schema, key string, data []byte) error {
-	pf, err := lake.OpenFile(bytes.NewReader(data), nil)
+	recs, err := lake.ReadBlock(ctx, data, nil)
 	if err != nil {
 		return fmt.Errorf("block %s: %w", key, err)
 	}
-	defer pf.Close()
-	table := arrow.NewSchema(schema.Fields()[:schema.NumFields()-1], nil) // without create_ts
-	if err := pf.Widen(table); err != nil {
-		return fmt.Errorf("block %s: %w", key, err)
-	}
-	all := make([]int, table.NumFields())
-	for i := range all {
-		all[i] = i
-	}
-	for g := range pf.RowGroups() {
-		rec, err := pf.ReadRowGroup(ctx, g, all, true)
+	defer func() {
+		for _, r := range recs {
+			r.Release()
+		}
+	}()
+	for _, r := range recs {
+		wide, err := lake.WidenBlock(r, schema, nil)
 		if err != nil {
 			return fmt.Errorf("block %s: %w", key, err)
 		}
-		err = w.Write(rec)
-		rec.Release()
+		err = w.Write(wide)
+		wide.Release()
 		if err != nil {
 			return err
 		}

@@ -6,7 +6,7 @@
 // row, a fixed capacity, one row group and a visibility structure covering
 // that capacity. A row's location (file id, row group 0, offset) is fixed
 // when it is appended and never changes: flushed blocks become small lake
-// objects, and when a sealed file's blocks are all flushed they are
+// objects (Arrow IPC, lake.WriteBlock: a copy of the block's buffers), and when a sealed file's blocks are all flushed they are
 // combined into one regular Parquet file under the same file id and the
 // small objects are deleted once no reader holds them.
 //

@@ -66,7 +66,7 @@ func (b *Buffer) flushWorker() {
 		b.mu.Unlock()
 		key := blockKey(b.cfg.TableID, blk.file.id, blk.first)
 		b.cfg.Failpoints.Hit(failpoint.FlushBeforeUpload)
-		err := b.upload(&encoded, key, blk.segs, int64(blk.rows))
+		err := b.upload(&encoded, key, blk.segs)
 		if err == nil {
 			b.cfg.Failpoints.Hit(failpoint.FlushAfterUpload)
 		}
@@ -119,22 +119,12 @@ func (b *Buffer) dequeue(blk *block) {
 	}
 }
 
-// upload writes records as one Retina Parquet object of one row group.
-// Block objects live only until combination, so they are written for speed
-// (snappy, no dictionaries); the combined file gets zstd and dictionaries.
-func (b *Buffer) upload(buf *bytes.Buffer, key string, recs []arrow.RecordBatch, rows int64) error {
+// upload writes a block's records as one block object (Arrow IPC, see
+// lake.WriteBlock): a copy of its buffers, not a re-encoding; the combined
+// file gets Parquet's encodings, zstd and dictionaries.
+func (b *Buffer) upload(buf *bytes.Buffer, key string, recs []arrow.RecordBatch) error {
 	buf.Reset()
-	schema := b.schemaOf(recs)
-	w, err := lake.NewFileWriter(buf, schema, lake.WriterOptions{RowGroupRows: max(rows, 1), Codec: "snappy", PlainStrings: true})
-	if err != nil {
-		return err
-	}
-	for _, r := range recs {
-		if err := w.Write(r); err != nil {
-			return err
-		}
-	}
-	if _, err := w.Close(); err != nil {
+	if err := lake.WriteBlock(buf, recs); err != nil {
 		return err
 	}
 	return b.cfg.Lake.Put(context.Background(), key, buf.Bytes())
