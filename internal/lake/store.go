@@ -225,8 +225,25 @@ func (s *Store) write(ctx context.Context, key string, data []byte, opts *blob.W
 func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	var data []byte
 	err := s.do(ctx, "get", key, func(ctx context.Context) error {
-		var err error
-		data, err = s.bucket.ReadAll(ctx, key)
+		r, err := s.bucket.NewReader(ctx, key, nil)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		// One buffer of the object's size: reading to EOF into a growing
+		// one cost more than the read itself (copies and zeroing).
+		buf := make([]byte, r.Size()+1)
+		n, err := io.ReadFull(r, buf)
+		switch {
+		case err == nil:
+			return fmt.Errorf("the object grew past its size %d while read", r.Size())
+		case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF): // EOF: nothing read
+			if int64(n) != r.Size() {
+				return fmt.Errorf("read %d bytes of %d", n, r.Size())
+			}
+			data = buf[:n]
+			return nil
+		}
 		return err
 	})
 	return data, err

@@ -117,6 +117,15 @@ func TestStoreOperations(t *testing.T) {
 			if err := s.Put(ctx, "t/2/c.parquet", []byte("c")); err != nil {
 				t.Fatal(err)
 			}
+			if err := s.Put(ctx, "t/2/empty", nil); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := s.Get(ctx, "t/2/empty"); err != nil || len(got) != 0 {
+				t.Fatalf("get of an empty object: %d bytes, %v", len(got), err)
+			}
+			if got, err := s.Get(ctx, "t/1/b.parquet"); err != nil || string(got) != "b" {
+				t.Fatalf("get of a one-byte object: %q, %v", got, err)
+			}
 			list, err := s.List(ctx, "t/1/")
 			if err != nil {
 				t.Fatal(err)
