@@ -177,7 +177,7 @@ func New(cfg Config) (*Buffer, error) {
 		schema:    schema,
 		retry:     cfg.Lake.Retry(),
 		log:       cfg.Logger.With("table", cfg.TableID),
-		build:     newBlockBuilder(schema, cfg.Columns),
+		build:     newBlockBuilder(schema, cfg.Columns, cfg.BlockRows),
 		narrowest: len(cfg.Columns),
 		files:     map[uint64]*VirtualFile{},
 		changed:   make(chan struct{}),
@@ -310,7 +310,7 @@ func (b *Buffer) Widen(cols []Column) error {
 	b.cfg.Columns = slices.Clone(cols)
 	b.schema = lake.FileSchema(Schema(b.cfg.Columns))
 	first := b.build.first
-	b.build = newBlockBuilder(b.schema, b.cfg.Columns)
+	b.build = newBlockBuilder(b.schema, b.cfg.Columns, b.cfg.BlockRows)
 	b.build.first = first
 	b.notify()
 	return nil

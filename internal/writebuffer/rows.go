@@ -4,8 +4,6 @@ import (
 	"fmt"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/decimal128"
 
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/types"
@@ -16,41 +14,6 @@ type Column struct {
 	Name     string
 	Type     types.Type
 	Nullable bool
-}
-
-// appender adds one non-nil value (already checked) to a column builder.
-type appender func(b array.Builder, v any)
-
-func appenderFor(t types.Type) appender {
-	switch t.Kind {
-	case types.Int8:
-		return func(b array.Builder, v any) { b.(*array.Int8Builder).Append(int8(v.(int64))) }
-	case types.Int16:
-		return func(b array.Builder, v any) { b.(*array.Int16Builder).Append(int16(v.(int64))) }
-	case types.Int32:
-		return func(b array.Builder, v any) { b.(*array.Int32Builder).Append(int32(v.(int64))) }
-	case types.Int64:
-		return func(b array.Builder, v any) { b.(*array.Int64Builder).Append(v.(int64)) }
-	case types.Float32:
-		return func(b array.Builder, v any) { b.(*array.Float32Builder).Append(float32(v.(float64))) }
-	case types.Float64:
-		return func(b array.Builder, v any) { b.(*array.Float64Builder).Append(v.(float64)) }
-	case types.Decimal:
-		return func(b array.Builder, v any) { b.(*array.Decimal128Builder).Append(v.(decimal128.Num)) }
-	case types.String:
-		return func(b array.Builder, v any) { b.(*array.StringBuilder).Append(v.(string)) }
-	case types.Bytes:
-		return func(b array.Builder, v any) { b.(*array.BinaryBuilder).Append(v.([]byte)) }
-	case types.Bool:
-		return func(b array.Builder, v any) { b.(*array.BooleanBuilder).Append(v.(bool)) }
-	case types.Date:
-		return func(b array.Builder, v any) { b.(*array.Date32Builder).Append(arrow.Date32(v.(types.DateDays))) }
-	case types.Timestamp, types.TimestampTZ:
-		return func(b array.Builder, v any) {
-			b.(*array.TimestampBuilder).Append(arrow.Timestamp(v.(types.TimestampMicros)))
-		}
-	}
-	return nil
 }
 
 // CheckRow validates one row against the columns: count, types, NULLs.
