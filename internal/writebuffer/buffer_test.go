@@ -66,7 +66,13 @@ func newBuffer(t *testing.T, l Lake, blockRows, fileBlocks int) (*Buffer, *catal
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { b.Close(context.Background()) })
+	t.Cleanup(func() {
+		// Bounded: a test that failed may leave its lake refusing uploads,
+		// and Close waits for them within its context.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		b.Close(ctx)
+	})
 	return b, cat
 }
 
@@ -295,12 +301,14 @@ func TestSealWaitsForWhatWasSealed(t *testing.T) {
 	fl := &flakyLake{Store: memLake(t)}
 	b, _ := newBuffer(t, fl, 16, 4)
 	ctx := context.Background()
+	// Uploads fail from the start: a first file flushed and combined
+	// before Seal would leave the buffer, and Seal would not report it.
+	fl.failing.Store(true)
 	for i := range 100 {
 		if _, err := b.Append(ctx, uint64(i+1), [][]any{{int64(i), nil}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	fl.failing.Store(true)
 	sealed := b.Seal()
 	total := 0
 	for _, rows := range sealed.Files {
