@@ -132,6 +132,9 @@ type Config struct {
 	BlockRows, FileBlocks, FlushWorkers int
 	// BlockCache keeps flushed blocks decoded for scans (nil: none).
 	BlockCache *writebuffer.BlockCache
+	// Combines bounds the write buffers' combinations across the node
+	// (nil: none).
+	Combines *writebuffer.CombineLimit
 	// Failpoints reach into flushes and combinations (crash tests).
 	Failpoints *failpoint.Set
 	// Rows reads stored rows, for updates that keep unchanged columns and
@@ -253,7 +256,8 @@ func (r *Replayer) table(id uint32) (*tableState, error) {
 		Catalog: r.cfg.Catalog, Lake: r.cfg.Lake,
 		BlockRows: r.cfg.BlockRows, FileBlocks: r.cfg.FileBlocks, FlushWorkers: r.cfg.FlushWorkers,
 		OnNewFile: r.registerFile, Failpoints: r.cfg.Failpoints, Cache: r.cfg.BlockCache,
-		Logger: r.cfg.Logger,
+		Combines: r.cfg.Combines,
+		Logger:   r.cfg.Logger,
 	})
 	if err != nil {
 		return nil, err

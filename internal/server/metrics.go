@@ -153,6 +153,8 @@ func (s *Server) registerMetrics(reg *prometheus.Registry) {
 	counter("block_cache_hits_total", "Flushed blocks a scan read from the block cache.", cacheStats(func(st writebuffer.CacheStats) float64 { return float64(st.Hits) }))
 	counter("block_cache_misses_total", "Flushed blocks a scan read from the lake (evicted or never cached).", cacheStats(func(st writebuffer.CacheStats) float64 { return float64(st.Misses) }))
 
+	gauge("combinations_waiting", "Full virtual files waiting for a combination slot (half the cores combine at most); a backlog that keeps growing means files fill faster than they are combined.", func() float64 { return float64(s.Node.Combines.Waiting()) })
+
 	readers := s.Node.Readers()
 	counter("visibility_checkpoints_total", "Long-running queries and read transactions whose visibility was checkpointed so they stopped holding LWM.", func() float64 { return float64(readers.Checkpoints.Load()) })
 	counter("visibility_checkpoint_errors_total", "Visibility checkpoints that failed (retried).", func() float64 { return float64(readers.Errors.Load()) })

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,6 +78,8 @@ type Node struct {
 	Engine    *query.Engine
 	// BlockCache keeps flushed write-buffer blocks decoded (nil: off).
 	BlockCache *writebuffer.BlockCache
+	// Combines bounds the write buffers' combinations to half the cores.
+	Combines *writebuffer.CombineLimit
 	// Recovery says what the start restored.
 	Recovery Recovery
 	log      *slog.Logger
@@ -194,6 +197,9 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	if cfg.BlockCacheBytes > 0 {
 		n.BlockCache = writebuffer.NewBlockCache(cfg.BlockCacheBytes)
 	}
+	// Combinations share half the cores, so replay keeps the rest while
+	// several tables fill files at once.
+	n.Combines = writebuffer.NewCombineLimit(runtime.GOMAXPROCS(0) / 2)
 	// Undo records a process spilled are of transactions recovery drops.
 	undoDir := filepath.Join(cfg.DataDir, "undo")
 	if err := replay.RemoveUndoFiles(undoDir); err != nil {
@@ -205,7 +211,7 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	n.Scanner = scan.New(n.Lake, n.owner, nil)
 	for id := range cfg.Replayers {
 		rp, err := replay.New(replay.Config{ID: uint32(id), Catalog: n.Catalog, Index: n.Index, Lake: n.Lake,
-			BlockRows: cfg.BlockRows, FileBlocks: cfg.FileBlocks, BlockCache: n.BlockCache, Failpoints: cfg.Failpoints,
+			BlockRows: cfg.BlockRows, FileBlocks: cfg.FileBlocks, BlockCache: n.BlockCache, Combines: n.Combines, Failpoints: cfg.Failpoints,
 			Rows: n.Scanner, UndoDir: undoDir, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err

@@ -62,6 +62,9 @@ type Config struct {
 	// Cache, when set, keeps flushed blocks decoded in memory for scans
 	// (shared by a node's buffers).
 	Cache *BlockCache
+	// Combines, when set, bounds the combinations running at once across
+	// the buffers sharing it (nil: each buffer combines when it can).
+	Combines *CombineLimit
 	// TileSize of the files' visibility (default visibility.DefaultTileSize).
 	TileSize int
 	// Failpoints, when set, can stop the process inside a flush or a

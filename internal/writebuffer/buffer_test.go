@@ -633,3 +633,92 @@ func TestBlockFirstReadsBothFormats(t *testing.T) {
 		}
 	}
 }
+
+// gatedFileLake holds every write of a regular (combined) file until gate
+// closes, counting the writes held at once.
+type gatedFileLake struct {
+	*lake.Store
+	gate    chan struct{}
+	held    atomic.Int32
+	most    atomic.Int32
+	arrived chan struct{}
+}
+
+func (g *gatedFileLake) Put(ctx context.Context, key string, data []byte) error {
+	if strings.HasSuffix(key, ".parquet") {
+		n := g.held.Add(1)
+		for m := g.most.Load(); n > m && !g.most.CompareAndSwap(m, n); m = g.most.Load() {
+		}
+		g.arrived <- struct{}{}
+		<-g.gate
+		g.held.Add(-1)
+	}
+	return g.Store.Put(ctx, key, data)
+}
+
+// TestCombinationsShareTheLimit: buffers sharing a one-slot CombineLimit
+// combine one file at a time; the second waits for the first, then runs.
+func TestCombinationsShareTheLimit(t *testing.T) {
+	cat, _ := testTable(t)
+	gl := &gatedFileLake{Store: memLake(t), gate: make(chan struct{}), arrived: make(chan struct{}, 2)}
+	limit := NewCombineLimit(1)
+	ctx := context.Background()
+	var bufs []*Buffer
+	for i := range 2 {
+		tb, err := cat.CreateTable(ctx, fmt.Sprintf("t%d", i), catalog.Schema{Columns: []catalog.Column{
+			{Name: "id", Type: types.Of(types.Int64)}, {Name: "name", Type: types.Of(types.String), Nullable: true}},
+			PrimaryKey: []string{"id"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := New(Config{TableID: tb.ID, Columns: testCols, Catalog: cat, Lake: gl, Combines: limit,
+			BlockRows: 4, FileBlocks: 2, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs = append(bufs, b)
+	}
+	var open sync.Once
+	t.Cleanup(func() {
+		open.Do(func() { close(gl.gate) })
+		for _, b := range bufs {
+			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			b.Close(cctx)
+			cancel()
+		}
+	})
+	for _, b := range bufs {
+		// A full file of 8 and a row of the next: the first is combined.
+		rows := make([][]any, 9)
+		for i := range rows {
+			rows[i] = []any{int64(i), "x"}
+		}
+		if _, err := b.Append(ctx, 1, rows); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-gl.arrived // one combination writes its file and holds the slot
+	deadline := time.Now().Add(10 * time.Second)
+	for limit.Waiting() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d combinations wait for the slot, want 1", limit.Waiting())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := gl.held.Load(); n != 1 {
+		t.Fatalf("%d combinations write at once, want 1", n)
+	}
+	open.Do(func() { close(gl.gate) })
+	<-gl.arrived // the second runs once the first is done
+	for _, b := range bufs {
+		if err := b.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if st := b.Stats(); st.Combined != 1 {
+			t.Fatalf("%d files combined, want 1", st.Combined)
+		}
+	}
+	if m := gl.most.Load(); m != 1 {
+		t.Fatalf("%d combinations wrote at once, want 1", m)
+	}
+}

@@ -50,6 +50,8 @@ func (b *Buffer) maybeCombine(f *VirtualFile) {
 // (reading every block from the lake: the borrowed records are returned).
 func (b *Buffer) combine(f *VirtualFile, keys []string, cached [][]arrow.RecordBatch, schema *arrow.Schema) {
 	ctx := context.Background()
+	b.cfg.Combines.acquire()
+	defer b.cfg.Combines.release()
 	groups, size, err := combineBlocks(ctx, b.cfg.Lake, schema, b.cfg.TableID, f.id, keys, cached, CombinedGroupRows(b.cfg.BlockRows), b.combinedSize.Load())
 	if err == nil {
 		b.combinedSize.Store(size)

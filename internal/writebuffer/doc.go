@@ -1,28 +1,31 @@
 // Package writebuffer holds the newest tuple versions of one table for one
-// replayer: an active block of Arrow column builders, immutable blocks
-// awaiting flush, and the virtual files they belong to.
+// replayer: an active block of column vectors, immutable blocks awaiting
+// flush, and the virtual files they belong to.
 //
 // A virtual file has a file id registered in the catalog before its first
 // row, a fixed capacity, one row group and a visibility structure covering
 // that capacity. A row's location (file id, row group 0, offset) is fixed
 // when it is appended and never changes: flushed blocks become small lake
-// objects (Arrow IPC, lake.WriteBlock: a copy of the block's buffers), and when a sealed file's blocks are all flushed they are
-// combined into one regular Parquet file under the same file id and the
-// small objects are deleted once no reader holds them.
+// objects (Arrow IPC, lake.WriteBlock: a copy of the block's buffers), and
+// when a sealed file's blocks are all flushed they are combined into one
+// regular Parquet file under the same file id and the small objects are
+// deleted once no reader holds them.
 //
 // # Shape
 //
 // One concern a file, all sharing the buffer's state under one mutex that
 // is never held across I/O:
 //
-//	build.go    block building: Arrow builders take the appended rows;
-//	            a full block is sealed and queued (no I/O, no locking)
+//	build.go    block building: column vectors in Go memory take the
+//	            appended rows in place; readers get Arrow arrays sharing
+//	            them; a full block is sealed and queued (no I/O, no locking)
 //	files.go    virtual files: the file receiving rows, registration of
 //	            the next one (catalog and index writes, made without the
 //	            mutex while views and flushes go on), early sealing
 //	flush.go    the flush pipeline: workers upload queued blocks in order
 //	combine.go  combination of a sealed file's durable blocks into its
 //	            regular object, and deletion of the blocks once unread
+//	limit.go    the node-wide bound on combinations running at once
 //	view.go     read views: a reference-counted picture of some files that
 //	            never misses or doubles a row while the rest runs
 //	seal.go     checkpoints: which rows every virtual file had, and a wait
