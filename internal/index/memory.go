@@ -28,13 +28,15 @@ type slot struct {
 	spill bool    // versions older than prev are in the shard's spill map
 }
 
-// shortKeyLen is the longest entry kept as a fixed-size map key.
+// shortKeyLen is the longest entry kept as a fixed-size key.
 const shortKeyLen = 23
 
 type shortKey [shortKeyLen + 1]byte // bytes, then the length
 
+// toShortKey makes the fixed-size key of an entry of 1..shortKeyLen bytes
+// (entries are never empty: they start with the index id).
 func toShortKey(b []byte) (k shortKey, ok bool) {
-	if len(b) > shortKeyLen {
+	if len(b) > shortKeyLen || len(b) == 0 {
 		return k, false
 	}
 	copy(k[:], b)
@@ -46,23 +48,24 @@ func (k *shortKey) bytes() []byte { return k[:k[shortKeyLen]] }
 
 type memShard struct {
 	mu         sync.RWMutex
-	short      map[shortKey]slot
+	short      slotTable
 	long       map[string]slot // entries longer than shortKeyLen
 	spillShort map[shortKey][]version
 	spillLong  map[string][]version
-	// peak is the most entries the maps held since they were last built:
-	// Go maps keep their tables after deletes, so a purge that leaves far
-	// fewer entries rebuilds them (see shrink).
-	peak [4]int
+	// peak is the most entries the maps (long, spillShort, spillLong)
+	// held since they were last built: Go maps keep their tables after
+	// deletes, so a purge that leaves far fewer entries rebuilds them (see
+	// shrink). The slot table compacts itself.
+	peak [3]int
 }
 
 // shrink rebuilds the maps that a purge left at under a quarter of their
 // peak, so memory follows the live entries rather than the most ever held.
 func (sh *memShard) shrink() {
-	sh.short = shrunk(sh.short, &sh.peak[0])
-	sh.long = shrunk(sh.long, &sh.peak[1])
-	sh.spillShort = shrunk(sh.spillShort, &sh.peak[2])
-	sh.spillLong = shrunk(sh.spillLong, &sh.peak[3])
+	sh.short.compact()
+	sh.long = shrunk(sh.long, &sh.peak[0])
+	sh.spillShort = shrunk(sh.spillShort, &sh.peak[1])
+	sh.spillLong = shrunk(sh.spillLong, &sh.peak[2])
 }
 
 // minShrink is the smallest peak worth a rebuild.
@@ -83,7 +86,7 @@ func shrunk[K comparable, V any](m map[K]V, peak *int) map[K]V {
 // notePeaks records the sizes before a purge: entries only leave the maps
 // by purges (and rare reverts), so these are the peaks since the last one.
 func (sh *memShard) notePeaks() {
-	for i, n := range [4]int{len(sh.short), len(sh.long), len(sh.spillShort), len(sh.spillLong)} {
+	for i, n := range [3]int{len(sh.long), len(sh.spillShort), len(sh.spillLong)} {
 		sh.peak[i] = max(sh.peak[i], n)
 	}
 }
@@ -93,6 +96,15 @@ func (sh *memShard) getSpill(entry []byte) []version {
 		return sh.spillShort[k]
 	}
 	return sh.spillLong[string(entry)]
+}
+
+// spilled is getSpill for an entry whose slot is s: without a spill flag
+// there is nothing to look up.
+func (sh *memShard) spilled(entry []byte, s slot) []version {
+	if !s.spill {
+		return nil
+	}
+	return sh.getSpill(entry)
 }
 
 func (sh *memShard) setSpill(entry []byte, vs []version) {
@@ -113,8 +125,16 @@ func (sh *memShard) setSpill(entry []byte, vs []version) {
 
 func (sh *memShard) get(entry []byte) (slot, bool) {
 	if k, ok := toShortKey(entry); ok {
-		s, found := sh.short[k]
-		return s, found
+		return sh.short.get(&k)
+	}
+	s, found := sh.long[string(entry)]
+	return s, found
+}
+
+// getToUpdate is get for a writer (mu held) that sets the entry next.
+func (sh *memShard) getToUpdate(entry []byte) (slot, bool) {
+	if k, ok := toShortKey(entry); ok {
+		return sh.short.getToUpdate(&k)
 	}
 	s, found := sh.long[string(entry)]
 	return s, found
@@ -122,7 +142,7 @@ func (sh *memShard) get(entry []byte) (slot, bool) {
 
 func (sh *memShard) set(entry []byte, s slot) {
 	if k, ok := toShortKey(entry); ok {
-		sh.short[k] = s
+		sh.short.set(&k, s)
 		return
 	}
 	sh.long[string(entry)] = s
@@ -130,7 +150,7 @@ func (sh *memShard) set(entry []byte, s slot) {
 
 func (sh *memShard) remove(entry []byte) {
 	if k, ok := toShortKey(entry); ok {
-		delete(sh.short, k)
+		sh.short.remove(&k)
 	} else {
 		delete(sh.long, string(entry))
 	}
@@ -181,7 +201,7 @@ func (sh *memShard) at(entry []byte, s slot, ts uint64) (version, bool) {
 // put adds or replaces the version at nv.ts; called with mu held. Versions
 // no snapshot ≥ horizon sees may go instead of being kept for the purge.
 func (sh *memShard) put(entry []byte, nv version, horizon uint64) (isNew bool) {
-	s, found := sh.get(entry)
+	s, found := sh.getToUpdate(entry)
 	return sh.putAt(entry, s, found, nv, horizon)
 }
 
@@ -206,10 +226,10 @@ func (sh *memShard) putAt(entry []byte, s slot, found bool, nv version, horizon 
 				s.spill = false
 			}
 		case s.prev.ts <= horizon: // prev is kept, the spilled versions go
-			sh.setSpill(entry, append(sh.getSpill(entry)[:0], s.prev))
+			sh.setSpill(entry, append(sh.spilled(entry, s)[:0], s.prev))
 			s.spill = true
 		default: // the usual next version: push prev down
-			sh.setSpill(entry, append(sh.getSpill(entry), s.prev))
+			sh.setSpill(entry, append(sh.spilled(entry, s), s.prev))
 			s.spill = true
 		}
 		s.prev, s.last = s.last, nv
@@ -290,7 +310,7 @@ func newMemorySPI() *memorySPI {
 	s := &memorySPI{seed: maphash.MakeSeed()}
 	for i := range s.shards {
 		s.shards[i] = memShard{
-			short: map[shortKey]slot{}, long: map[string]slot{},
+			short: newSlotTable(), long: map[string]slot{},
 			spillShort: map[shortKey][]version{}, spillLong: map[string][]version{},
 		}
 		s.prefixes[i].m = map[string]map[uint64]struct{}{}
@@ -323,7 +343,7 @@ func (s *memorySPI) mutate(muts []Mutation) error {
 		sh := s.shard(m.Key.enc)
 		sh.mu.Lock()
 		var cur version
-		sl, inMap := sh.get(m.Key.enc)
+		sl, inMap := sh.getToUpdate(m.Key.enc)
 		found := false
 		if inMap {
 			cur, found = sh.at(m.Key.enc, sl, m.TS)
@@ -353,7 +373,7 @@ func (s *memorySPI) revert(ops []op) error {
 // removeVersion drops the version at ts of entry, if there is one, and
 // reports whether the entry is gone; called with mu held.
 func (sh *memShard) removeVersion(entry []byte, ts uint64) (gone bool) {
-	s, found := sh.get(entry)
+	s, found := sh.getToUpdate(entry)
 	if !found {
 		return false
 	}
@@ -388,7 +408,7 @@ func (s *memorySPI) each(prefix []byte, ts uint64, fn func(entry []byte, rowID u
 			}
 		}
 		sh.mu.RLock()
-		for k, sl := range sh.short {
+		for k, sl := range sh.short.all() {
 			visit(k.bytes(), sl)
 		}
 		for k, sl := range sh.long {
@@ -464,7 +484,7 @@ func (s *memorySPI) purge(gcTS uint64) (int, error) {
 		var gone [][]byte
 		sh.mu.Lock()
 		sh.notePeaks()
-		for k, sl := range sh.short {
+		for k, sl := range sh.short.all() {
 			n, empty := sh.purgeEntry(k.bytes(), sl, gcTS)
 			total += n
 			if empty {
@@ -498,7 +518,7 @@ func (s *memorySPI) versions() (int64, error) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.RLock()
-		for _, sl := range sh.short {
+		for _, sl := range sh.short.all() {
 			count(sl)
 		}
 		for _, sl := range sh.long {
