@@ -47,7 +47,7 @@ func toShortKey(b []byte) (k shortKey, ok bool) {
 func (k *shortKey) bytes() []byte { return k[:k[shortKeyLen]] }
 
 type memShard struct {
-	mu         sync.RWMutex
+	mu         sync.Mutex // not RW: writers are most callers, and an RWMutex costs them twice the atomics
 	short      slotTable
 	long       map[string]slot // entries longer than shortKeyLen
 	spillShort map[shortKey][]version
@@ -407,14 +407,14 @@ func (s *memorySPI) each(prefix []byte, ts uint64, fn func(entry []byte, rowID u
 				hits = append(hits, hit{slices.Clone(entry), v.val})
 			}
 		}
-		sh.mu.RLock()
+		sh.mu.Lock()
 		for k, sl := range sh.short.all() {
 			visit(k.bytes(), sl)
 		}
 		for k, sl := range sh.long {
 			visit([]byte(k), sl)
 		}
-		sh.mu.RUnlock()
+		sh.mu.Unlock()
 		for _, h := range hits {
 			if err := fn(h.entry, h.row); err != nil {
 				return err
@@ -438,13 +438,13 @@ func (s *memorySPI) addPrefix(prefix []byte, rowID uint64) {
 
 func (s *memorySPI) lookup(entry []byte, ts uint64) (uint64, bool, error) {
 	sh := s.shard(entry)
-	sh.mu.RLock()
+	sh.mu.Lock()
 	sl, ok := sh.get(entry)
 	var x version
 	if ok {
 		x, ok = sh.at(entry, sl, ts)
 	}
-	sh.mu.RUnlock()
+	sh.mu.Unlock()
 	if !ok || x.val == tombVal {
 		return 0, false, nil
 	}
@@ -517,7 +517,7 @@ func (s *memorySPI) versions() (int64, error) {
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.mu.RLock()
+		sh.mu.Lock()
 		for _, sl := range sh.short.all() {
 			count(sl)
 		}
@@ -530,7 +530,7 @@ func (s *memorySPI) versions() (int64, error) {
 		for _, vs := range sh.spillLong {
 			n += int64(len(vs))
 		}
-		sh.mu.RUnlock()
+		sh.mu.Unlock()
 	}
 	return n, nil
 }
