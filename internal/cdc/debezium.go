@@ -48,6 +48,9 @@ type Decoder struct {
 	nameBuf                []byte // a table's catalog name, built before interning
 	lastTxRaw              []byte
 	lastTxID               string
+	// slab is where rows are cut from: one allocation for many rows, as
+	// every message makes one or two.
+	slab []any
 	// Skipped counts logical messages and tombstones.
 	Skipped uint64
 }
@@ -456,7 +459,7 @@ func (d *Decoder) row(pos Position, t *catalog.Table, obj *fastjson.Value, field
 		return nil, reject(pos, "row image is %s, not an object", obj.Type())
 	}
 	cols := t.Schema.Columns
-	row := make([]any, len(cols))
+	row := d.newRow(len(cols))
 	seen := 0
 	var bad error
 	co := d.columnOrder(t)
@@ -487,6 +490,24 @@ func (d *Decoder) row(pos Position, t *catalog.Table, obj *fastjson.Value, field
 		}
 	}
 	return row, nil
+}
+
+// rowSlabValues is the size of a row slab: small enough that a row kept
+// long (an undo record) pins little, large enough to allocate rarely.
+const rowSlabValues = 1024
+
+// newRow is a row of n values. Its capacity is n: appending to it copies
+// rather than writing into the next row.
+func (d *Decoder) newRow(n int) []any {
+	if n > rowSlabValues/4 {
+		return make([]any, n)
+	}
+	if len(d.slab) < n {
+		d.slab = make([]any, rowSlabValues)
+	}
+	row := d.slab[:n:n]
+	d.slab = d.slab[n:]
+	return row
 }
 
 // columnOrder maps a table's column names to positions, once per table
