@@ -33,6 +33,12 @@ type cell struct {
 	val slot
 }
 
+// full reports a cell holding an entry (neither empty nor deleted).
+func (c *cell) full() bool {
+	l := c.key[shortKeyLen]
+	return l != cellEmpty && l != cellTomb
+}
+
 const (
 	cellEmpty = 0
 	cellTomb  = 0xFF
@@ -159,7 +165,7 @@ func (t *slotTable) rebuild(n int) {
 	t.cells = make([]cell, n)
 	t.live, t.tombs = 0, 0
 	for i := range old {
-		if l := old[i].key[shortKeyLen]; l != cellEmpty && l != cellTomb {
+		if old[i].full() {
 			t.put(&old[i].key, old[i].val)
 		}
 	}
@@ -189,13 +195,12 @@ func (t *slotTable) compact() {
 	if n <= minCells || (t.live*8 >= n && t.tombs*4 <= n) {
 		return
 	}
-	// Room for twice the live entries: the next inserts do not rebuild.
-	want := max(minCells, 1<<bits.Len(uint(t.live*2)))
 	if t.live == 0 {
 		t.cells, t.tombs = nil, 0
 		return
 	}
-	t.rebuild(min(want, n))
+	// Room for twice the live entries: the next inserts do not rebuild.
+	t.rebuild(min(n, max(minCells, 1<<bits.Len(uint(t.live*2)))))
 }
 
 // all ranges over the entries. The body may replace the slot of the entry
@@ -204,7 +209,7 @@ func (t *slotTable) all() iter.Seq2[*shortKey, slot] {
 	return func(yield func(*shortKey, slot) bool) {
 		for i := range t.cells {
 			c := &t.cells[i]
-			if l := c.key[shortKeyLen]; l == cellEmpty || l == cellTomb {
+			if !c.full() {
 				continue
 			}
 			k := c.key

@@ -18,7 +18,7 @@ func NewCombineLimit(n int) *CombineLimit {
 }
 
 // Waiting is how many combinations wait for a slot: a backlog that keeps
-// growing means files fill faster than one slot combines them.
+// growing means files fill faster than the slots combine them.
 func (l *CombineLimit) Waiting() int64 {
 	if l == nil {
 		return 0
