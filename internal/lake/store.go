@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -125,6 +126,17 @@ func Open(ctx context.Context, bucketURL string, opts Options) (*Store, error) {
 
 // Retry is the store's retry policy.
 func (s *Store) Retry() RetryPolicy { return s.retry }
+
+// LocalDir is the directory of a file:// bucket, where other readers
+// (DuckDB's Parquet reader) can open its objects by path; false for any
+// other bucket.
+func (s *Store) LocalDir() (string, bool) {
+	u, err := url.Parse(s.url)
+	if err != nil || u.Scheme != "file" || u.Path == "" {
+		return "", false
+	}
+	return filepath.Clean(u.Path), true
+}
 
 // URL is the bucket URL the store was opened with.
 func (s *Store) URL() string { return s.url }

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -60,7 +61,11 @@ type Config struct {
 	// Waiter answers retina_wait_lsn (nil: the function reports there is
 	// no PostgreSQL source).
 	Waiter SourceWaiter
-	Logger *slog.Logger
+	// LakeDir is the local directory of a file:// lake: DuckDB reads the
+	// regular files in it itself (native.go). Empty: every file is read
+	// through retina_scan.
+	LakeDir string
+	Logger  *slog.Logger
 }
 
 // Engine owns the embedded DuckDB database.
@@ -76,10 +81,15 @@ type Engine struct {
 	viewsOf string          // the table definitions they match
 	views   map[string]bool // lower-case table names with a view
 
+	scratch string // the empty files' directory (native path)
+	emptyMu sync.Mutex
+	empties map[emptyKey]string
+
 	rowsRead, rowsOut atomic.Int64
 	statements        atomic.Uint64
 	lookups           atomic.Uint64
 	lookupScans       atomic.Uint64
+	nativeFiles       atomic.Uint64
 	readers           readViews
 	history           history
 }
@@ -96,8 +106,11 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	dsn := fmt.Sprintf("?threads=%d&enable_external_access=false&autoinstall_known_extensions=false"+
-		"&autoload_known_extensions=false&allow_community_extensions=false&lock_configuration=true", cfg.Threads)
+	dsn := fmt.Sprintf("?threads=%d&autoinstall_known_extensions=false"+
+		"&autoload_known_extensions=false&allow_community_extensions=false", cfg.Threads)
+	if cfg.LakeDir == "" {
+		dsn += "&enable_external_access=false&lock_configuration=true"
+	}
 	if cfg.MemoryLimit != "" {
 		dsn += "&memory_limit=" + cfg.MemoryLimit
 	}
@@ -122,6 +135,12 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	if e.admin, err = e.db.Conn(ctx); err != nil {
 		e.db.Close()
 		return nil, err
+	}
+	if cfg.LakeDir != "" {
+		if err := e.allowLake(ctx); err != nil {
+			e.Close()
+			return nil, err
+		}
 	}
 	if err := e.register(); err != nil {
 		e.Close()
@@ -153,8 +172,17 @@ func (s scalar) Executor() duckdb.ScalarFuncExecutor {
 }
 
 func (e *Engine) register() error {
-	if err := duckdb.RegisterTableUDF(e.admin, "retina_scan", e.scanFunction()); err != nil {
+	if err := duckdb.RegisterTableUDF(e.admin, "retina_scan", e.scanFunction(false)); err != nil {
 		return fmt.Errorf("query: register retina_scan: %w", err)
+	}
+	if err := duckdb.RegisterTableUDF(e.admin, "retina_scan_rest", e.scanFunction(true)); err != nil {
+		return fmt.Errorf("query: register retina_scan_rest: %w", err)
+	}
+	if err := duckdb.RegisterTableUDF(e.admin, "retina_deleted", e.deletedFunction()); err != nil {
+		return fmt.Errorf("query: register retina_deleted: %w", err)
+	}
+	if err := duckdb.RegisterScalarUDF(e.admin, "retina_files", filesFunction{e}); err != nil {
+		return fmt.Errorf("query: register retina_files: %w", err)
 	}
 	ubig, err := duckdb.NewTypeInfo(duckdb.TYPE_UBIGINT)
 	if err != nil {
@@ -245,7 +273,14 @@ func (e *Engine) refreshViews(ctx context.Context, snap *catalog.Snapshot) error
 			}
 			schemas[schema] = true
 		}
-		q := fmt.Sprintf("CREATE OR REPLACE VIEW %s.%s.%s AS SELECT * FROM retina_scan(%s)", dbName, quoteIdent(schema), quoteIdent(table), quoteLiteral(t.Name))
+		body := "SELECT * FROM retina_scan(" + quoteLiteral(t.Name) + ")"
+		if e.cfg.LakeDir != "" {
+			var err error
+			if body, err = nativeViewSQL(t); err != nil {
+				return err
+			}
+		}
+		q := fmt.Sprintf("CREATE OR REPLACE VIEW %s.%s.%s AS %s", dbName, quoteIdent(schema), quoteIdent(table), body)
 		if _, err := e.admin.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("query: view for %s: %w", t.Name, err)
 		}
@@ -275,12 +310,15 @@ type Stats struct {
 	// PointLookups went through the index; PointLookupScans had to scan
 	// (a checkpointed view, a row moved meanwhile).
 	PointLookups, PointLookupScans uint64
+	// NativeFiles were read by DuckDB's Parquet reader (native.go), each
+	// counted once per statement and table.
+	NativeFiles uint64
 }
 
 // Stats returns the counters.
 func (e *Engine) Stats() Stats {
 	return Stats{Statements: e.statements.Load(), RowsRead: e.rowsRead.Load(), RowsOut: e.rowsOut.Load(),
-		PointLookups: e.lookups.Load(), PointLookupScans: e.lookupScans.Load()}
+		PointLookups: e.lookups.Load(), PointLookupScans: e.lookupScans.Load(), NativeFiles: e.nativeFiles.Load()}
 }
 
 // Close shuts DuckDB down and ends the history's pins.
@@ -289,7 +327,33 @@ func (e *Engine) Close() error {
 	if e.admin != nil {
 		e.admin.Close()
 	}
-	return e.db.Close()
+	err := e.db.Close()
+	if e.scratch != "" {
+		os.RemoveAll(e.scratch)
+	}
+	return err
+}
+
+// allowLake lets DuckDB read the lake's directory and the engine's empty
+// files, and nothing else: SQL clients cannot reach other files, change
+// the settings, or load extensions.
+func (e *Engine) allowLake(ctx context.Context) error {
+	dir, err := os.MkdirTemp("", "retina-query-")
+	if err != nil {
+		return fmt.Errorf("query: a directory for the native scan's empty files: %w", err)
+	}
+	e.scratch = dir
+	allowed := quoteLiteral(strings.TrimSuffix(e.cfg.LakeDir, "/")+"/") + ", " + quoteLiteral(dir+"/")
+	for _, q := range []string{
+		"SET GLOBAL allowed_directories = [" + allowed + "]",
+		"SET GLOBAL enable_external_access = false",
+		"SET GLOBAL lock_configuration = true",
+	} {
+		if _, err := e.admin.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("query: %s: %w", q, err)
+		}
+	}
+	return nil
 }
 
 // Session is one client's connection: its own DuckDB connection and, in an

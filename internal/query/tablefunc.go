@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/big"
 	"math/bits"
+	"slices"
 	"sync"
 	"time"
 
@@ -20,15 +21,46 @@ import (
 
 type viewKey struct{}
 
-// withView carries a statement's read view to the table function and the
+// statementView is one execution of a statement: its read view and what
+// its table functions plan with. They bind one after another; planning
+// once per statement keeps them reading one catalog and one native split,
+// so no file is read twice or missed.
+type statementView struct {
+	view *readView
+
+	mu     sync.Mutex
+	pinned *catalog.Snapshot
+	splits map[uint32]*nativeSplit
+}
+
+// withView carries a statement's read view to the table functions and the
 // retina_snapshot() function, which DuckDB calls with the statement's ctx.
 func withView(ctx context.Context, v *readView) context.Context {
-	return context.WithValue(ctx, viewKey{}, v)
+	return context.WithValue(ctx, viewKey{}, &statementView{view: v})
 }
 
 func viewOf(ctx context.Context) (*readView, bool) {
-	v, ok := ctx.Value(viewKey{}).(*readView)
-	return v, ok && v != nil
+	sv, ok := statementOf(ctx)
+	if !ok {
+		return nil, false
+	}
+	return sv.view, true
+}
+
+func statementOf(ctx context.Context) (*statementView, bool) {
+	sv, ok := ctx.Value(viewKey{}).(*statementView)
+	return sv, ok && sv != nil && sv.view != nil
+}
+
+// catalog is the catalog the statement plans with: the first its table
+// functions found.
+func (sv *statementView) catalog(c Catalog) *catalog.Snapshot {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	if sv.pinned == nil {
+		sv.pinned = sv.view.catalogFor(c)
+	}
+	return sv.pinned
 }
 
 // errNoSnapshot reports a scan outside a Retina statement.
@@ -70,7 +102,10 @@ func duckType(t types.Type) (duckdb.TypeInfo, error) {
 // scanFunction is the retina_scan(table) table function: the rows of a
 // table visible at the statement's snapshot, with projection pushdown and
 // one split per thread at a time.
-func (e *Engine) scanFunction() duckdb.ParallelChunkTableFunction {
+//
+// With rest, it is retina_scan_rest(table): the same, less the files the
+// statement reads natively (native.go).
+func (e *Engine) scanFunction(rest bool) duckdb.ParallelChunkTableFunction {
 	varchar, _ := duckdb.NewTypeInfo(duckdb.TYPE_VARCHAR)
 	return duckdb.ParallelChunkTableFunction{
 		Config: duckdb.TableFunctionConfig{Arguments: []duckdb.TypeInfo{varchar}},
@@ -80,7 +115,13 @@ func (e *Engine) scanFunction() duckdb.ParallelChunkTableFunction {
 			if err != nil {
 				return nil, err
 			}
-			return &tableSource{e: e, table: b.table, files: b.snap.LiveFiles(b.table.ID), view: b.view, ctx: ctx, infos: b.infos}, nil
+			files := b.snap.LiveFiles(b.table.ID)
+			if rest && b.stmt != nil {
+				// The files the statement's read_parquet does not read.
+				native := e.splitFor(b).ids
+				files = slices.DeleteFunc(files, func(f *catalog.File) bool { return native[f.ID] })
+			}
+			return &tableSource{e: e, table: b.table, files: files, view: b.view, ctx: ctx, infos: b.infos}, nil
 		},
 	}
 }
@@ -88,7 +129,8 @@ func (e *Engine) scanFunction() duckdb.ParallelChunkTableFunction {
 // boundTable is what a table function binds to: the table as the
 // statement's view sees it, and its columns in DuckDB's types.
 type boundTable struct {
-	view  *readView // nil while DuckDB only prepares the statement
+	view  *readView      // nil while DuckDB only prepares the statement
+	stmt  *statementView // nil with view
 	snap  *catalog.Snapshot
 	table *catalog.Table
 	infos []duckdb.ColumnInfo
@@ -96,10 +138,10 @@ type boundTable struct {
 
 func (e *Engine) bindTable(ctx context.Context, name string) (boundTable, error) {
 	var b boundTable
-	view, hasView := viewOf(ctx)
+	sv, hasView := statementOf(ctx)
 	b.snap = e.cfg.Catalog.Snapshot()
 	if hasView {
-		b.view, b.snap = view, view.catalogFor(e.cfg.Catalog)
+		b.view, b.stmt, b.snap = sv.view, sv, sv.catalog(e.cfg.Catalog)
 	}
 	t, ok := b.snap.Table(name)
 	if !ok {

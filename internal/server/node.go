@@ -225,8 +225,9 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 		n.log.Info("restored the replay state from its checkpoint", "checkpoint_ts", r.Checkpoint, "taken", r.Written,
 			"clean_stop", r.Clean, "files_dropped", r.Dropped, "files_combined", r.Combined, "took", r.Duration.Round(time.Millisecond))
 	}
+	lakeDir, _ := n.Lake.LocalDir()
 	if n.Engine, err = query.Open(ctx, query.Config{Catalog: n.Catalog, Txn: n.Txn, Scanner: n.Scanner, Index: n.Index, Threads: cfg.QueryThreads,
-		IdleInTransactionTimeout: cfg.IdleInTransactionTimeout, History: cfg.QueryHistory, Waiter: cfg.Waiter, Logger: cfg.Logger}); err != nil {
+		IdleInTransactionTimeout: cfg.IdleInTransactionTimeout, History: cfg.QueryHistory, Waiter: cfg.Waiter, LakeDir: lakeDir, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
 	if recordShards {
