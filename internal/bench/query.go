@@ -396,13 +396,13 @@ func applyDelta(ctx context.Context, n *server.Node, tb *catalog.Table, files []
 	return rows, nil
 }
 
-// nativePositional measures the design a native read of regular files
-// would have: DuckDB's read_parquet of each base file with its row
-// numbers, the create_ts filter pushed down, the delta's deleted rows
+// nativePositional measures, in a plain DuckDB, what Retina's native path
+// (query/native.go) does: DuckDB's read_parquet of each base file with its
+// row numbers, the create_ts filter pushed down, the delta's deleted rows
 // removed by an anti-join on (file, row number), and as many new rows as
 // the delta inserted (here copies of base rows: the same size and types)
-// added. A measurement for choosing the scan path, not a result: the
-// figure for Retina's own path is delta_ms.
+// added. The floor of that path, not a result: the figure for Retina's
+// own path is delta_ms.
 func nativePositional(ctx context.Context, lakeDir string, files []*catalog.File, deleted []int, cfg QueryConfig) (time.Duration, error) {
 	db, err := sql.Open("duckdb", "")
 	if err != nil {

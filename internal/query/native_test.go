@@ -63,7 +63,8 @@ func everyTypeRow(rng *rand.Rand, id int64) []any {
 // regular files, deletes removed by position) against retina_scan over
 // every file, at the same snapshots: regular files with and without
 // deletes, virtual files, mixed, and transactions that keep reading an old
-// snapshot while rows they see are deleted and files are combined.
+// snapshot, checkpointed or not, while rows they see are deleted and files
+// are combined.
 func TestNativeScanMatchesGoScan(t *testing.T) {
 	n := servertest.OpenNodeTuned(t, func(c *server.NodeConfig) { c.Lake = "" }) // file:// under the data dir
 	ctx := context.Background()
@@ -151,6 +152,12 @@ func TestNativeScanMatchesGoScan(t *testing.T) {
 			t.Fatalf("round %d: %d rows, the model has %d", round, len(rows), len(live))
 		}
 		open = append(open, held{s, rows})
+		if round%4 == 3 {
+			// Checkpointed views read their own deleted bitmaps.
+			if _, err := n.Engine.CheckpointOldViews(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
 		// Older snapshots read the same rows as when they began, though
 		// rows they see were deleted or moved to regular files since.
 		for i, h := range open {
