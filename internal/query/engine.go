@@ -345,6 +345,9 @@ func (e *Engine) allowLake(ctx context.Context) error {
 	e.scratch = dir
 	allowed := quoteLiteral(strings.TrimSuffix(e.cfg.LakeDir, "/")+"/") + ", " + quoteLiteral(dir+"/")
 	for _, q := range []string{
+		// Lake objects never change once written: every statement can
+		// reuse their footers.
+		"SET GLOBAL parquet_metadata_cache = true",
 		"SET GLOBAL allowed_directories = [" + allowed + "]",
 		"SET GLOBAL enable_external_access = false",
 		"SET GLOBAL lock_configuration = true",
