@@ -216,3 +216,26 @@ func TestPermanentFailureSurfaces(t *testing.T) {
 		t.Fatalf("cancelled put: %v", err)
 	}
 }
+
+// TestLocalDir: only a file:// bucket names a directory other readers can
+// open objects in.
+func TestLocalDir(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(ctx, "file://"+dir, Options{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got, ok := s.LocalDir(); !ok || got != dir {
+		t.Fatalf("file:// bucket: LocalDir() = %q, %v; want %q", got, ok, dir)
+	}
+	m, err := Open(ctx, "mem://", Options{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if got, ok := m.LocalDir(); ok {
+		t.Fatalf("mem:// bucket: LocalDir() = %q, true", got)
+	}
+}
