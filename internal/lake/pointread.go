@@ -166,8 +166,18 @@ type fetched struct {
 	data []byte
 }
 
-// fetch reads spans in parallel.
+// fetch reads spans, in parallel where each read waits for a remote store.
 func (p *pointSource) fetch(ctx context.Context, spans []span) error {
+	if isLocal(p.src) {
+		for _, s := range spans {
+			buf := make([]byte, s.end-s.off)
+			if n, err := p.src.ReadAt(buf, s.off); n < len(buf) {
+				return fmt.Errorf("read %d bytes at %d: %w", len(buf), s.off, err)
+			}
+			p.keep(s.off, buf)
+		}
+		return nil
+	}
 	g, _ := errgroup.WithContext(ctx)
 	g.SetLimit(pointReadFetches)
 	for _, s := range spans {
@@ -254,6 +264,15 @@ func (t *tailReader) ReadAt(p []byte, off int64) (int, error) {
 		return t.src.ReadAt(p, off) // as asked, for its own error
 	}
 	return copy(p, t.tail[off-start:]), nil
+}
+
+// Local reports a source on local disk.
+func (t *tailReader) Local() bool { return isLocal(t.src) }
+
+// isLocal reports a source whose reads are local file reads.
+func isLocal(src any) bool {
+	l, ok := src.(interface{ Local() bool })
+	return ok && l.Local()
 }
 
 func (t *tailReader) Seek(offset int64, whence int) (int64, error) {

@@ -144,6 +144,14 @@ func TestStoreOperations(t *testing.T) {
 			if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "t/1/a.parquet") {
 				t.Fatalf("get after delete: %v", err)
 			}
+			for op, err := range map[string]error{
+				"range read": func() error { _, err := s.ReadRange(ctx, "t/1/a.parquet", 0, 1); return err }(),
+				"size":       func() error { _, err := s.Size(ctx, "t/1/a.parquet"); return err }(),
+			} {
+				if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "t/1/a.parquet") {
+					t.Fatalf("%s after delete: %v", op, err)
+				}
+			}
 			if err := s.Delete(ctx, "t/1/a.parquet"); err != nil {
 				t.Fatalf("deleting a missing object: %v", err)
 			}
@@ -237,5 +245,25 @@ func TestLocalDir(t *testing.T) {
 	defer m.Close()
 	if got, ok := m.LocalDir(); ok {
 		t.Fatalf("mem:// bucket: LocalDir() = %q, true", got)
+	}
+}
+
+// TestLocalPath: keys that name themselves map into the directory; others
+// (escaped by the blob store, or leaving the directory) do not.
+func TestLocalPath(t *testing.T) {
+	for key, ok := range map[string]bool{
+		"t1/f12.parquet": true, "t1/b00000001.arrow": true, "checkpoint/CURRENT": true,
+		"": false, "../x": false, "t1/../../x": false, "t1//f": false, "a b": false, "t1/é": false, "/abs": false,
+	} {
+		path, got := LocalPath("/lake", key)
+		if got != ok {
+			t.Errorf("LocalPath(%q) = %q, %v; want ok %v", key, path, got, ok)
+		}
+		if got && path != "/lake/"+key {
+			t.Errorf("LocalPath(%q) = %q", key, path)
+		}
+	}
+	if _, ok := LocalPath("", "t1/f1.parquet"); ok {
+		t.Error("a bucket without a directory has no local paths")
 	}
 }

@@ -54,9 +54,10 @@ func (e *Engine) splitFor(b boundTable) *nativeSplit {
 	}
 	s := &nativeSplit{ids: map[uint64]bool{}}
 	for _, f := range b.snap.LiveFiles(b.table.ID) {
-		if e.cfg.LakeDir != "" && e.readsNatively(f, b.table, b.view.ts) {
+		path, ok := lake.LocalPath(e.cfg.LakeDir, f.Key)
+		if ok && e.readsNatively(f, b.table, b.view.ts) {
 			s.files = append(s.files, f)
-			s.paths = append(s.paths, filepath.Join(e.cfg.LakeDir, filepath.FromSlash(f.Key)))
+			s.paths = append(s.paths, path)
 			s.ids[f.ID] = true
 		}
 	}
