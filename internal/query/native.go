@@ -20,13 +20,17 @@ import (
 
 // The native path: where the lake is a local directory, a table's view lets
 // DuckDB read the regular Parquet files itself (read_parquet: its row-group
-// pruning, projection, filter pushdown and parallelism) and removes the rows
-// deleted at the snapshot by an anti-join on (file_index, file_row_number)
-// with retina_deleted, the visibility structure's deleted positions. The
-// rest, virtual files (the write buffer) and files the native read cannot
-// take exactly, go through retina_scan_rest:
+// pruning, projection, filter pushdown and parallelism). Files with rows
+// deleted at the snapshot lose them by an anti-join on (file_index,
+// file_row_number) with retina_deleted, the visibility structure's deleted
+// positions; files without are read as they are (the join's probe costs a
+// third of a scan, and most of a table is old files nothing deletes from).
+// The rest, virtual files (the write buffer) and files the native read
+// cannot take exactly, go through retina_scan_rest:
 //
-//	SELECT <columns> FROM read_parquet(retina_files('t'), file_row_number = true) b
+//	SELECT <columns> FROM read_parquet(retina_files('t', false)) b
+//	UNION ALL
+//	SELECT <columns> FROM read_parquet(retina_files('t', true), file_row_number = true) b
 //	ANTI JOIN retina_deleted('t') d ON b.file_index = d.file_index AND b.file_row_number = d.file_row_number
 //	UNION ALL SELECT * FROM retina_scan_rest('t')
 //
@@ -35,38 +39,78 @@ import (
 // nativeSplit, kept on the statementView: they always agree on which file
 // is read where, so no row is read twice or missed.
 
-// nativeSplit is the files DuckDB reads natively for one table in one read
-// view, in read_parquet's order (file_index is the position here).
+// nativeSplit is the files DuckDB reads natively for one table in one
+// statement: clean (no row deleted at the snapshot) and dirty, each in its
+// read_parquet's order, and the dirty files' deleted rows by position
+// (file_index is the position in dirty).
 type nativeSplit struct {
-	files []*catalog.File
-	paths []string
-	ids   map[uint64]bool
+	clean, dirty []string // paths
+	ids          map[uint64]bool
+	delFile      []uint64
+	delRow       []int64
+	err          error
 }
 
 // splitFor returns the statement's split of table b.table, computing it
 // once; b must be bound with a view.
-func (e *Engine) splitFor(b boundTable) *nativeSplit {
+func (e *Engine) splitFor(b boundTable) (*nativeSplit, error) {
 	v := b.stmt
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if s, ok := v.splits[b.table.ID]; ok {
-		return s
+		return s, s.err
 	}
 	s := &nativeSplit{ids: map[uint64]bool{}}
+	var buf []uint64
 	for _, f := range b.snap.LiveFiles(b.table.ID) {
 		path, ok := lake.LocalPath(e.cfg.LakeDir, f.Key)
-		if ok && e.readsNatively(f, b.table, b.view.ts) {
-			s.files = append(s.files, f)
-			s.paths = append(s.paths, path)
-			s.ids[f.ID] = true
+		if !ok || !e.readsNatively(f, b.table, b.view.ts) {
+			continue
+		}
+		s.ids[f.ID] = true
+		deleted := len(s.delRow)
+		if !e.cfg.Scanner.NoVisibility {
+			if buf, s.err = s.collect(e, b, f, len(s.dirty), buf); s.err != nil {
+				break
+			}
+		}
+		if len(s.delRow) > deleted {
+			s.dirty = append(s.dirty, path)
+		} else {
+			s.clean = append(s.clean, path)
 		}
 	}
-	e.nativeFiles.Add(uint64(len(s.files)))
+	e.nativeFiles.Add(uint64(len(s.ids)))
 	if v.splits == nil {
 		v.splits = map[uint32]*nativeSplit{}
 	}
 	v.splits[b.table.ID] = s
-	return s
+	return s, s.err
+}
+
+// collect adds the positions of f's rows deleted at the view's snapshot,
+// as those of file index i.
+func (s *nativeSplit) collect(e *Engine, b boundTable, f *catalog.File, i int, buf []uint64) ([]uint64, error) {
+	vis, err := e.cfg.Scanner.Visibility(f)
+	if err != nil {
+		return buf, fmt.Errorf("query: %s: file %d: %w", b.table.Name, f.ID, err)
+	}
+	rows := int(f.Rows())
+	bm, bit, err := b.view.DeletedRange(f.ID, vis, 0, rows, buf)
+	if err != nil {
+		return buf, fmt.Errorf("query: %s: deleted rows of file %d at %d: %w", b.table.Name, f.ID, b.view.ts, err)
+	}
+	for w, m := range bm {
+		for m != 0 {
+			r := w*64 + bits.TrailingZeros64(m) - bit
+			m &= m - 1
+			if r >= 0 && r < rows {
+				s.delFile = append(s.delFile, uint64(i))
+				s.delRow = append(s.delRow, int64(r))
+			}
+		}
+	}
+	return bm, nil
 }
 
 // readsNatively reports whether DuckDB's reader returns exactly the rows of
@@ -103,10 +147,11 @@ func nativeViewSQL(t *catalog.Table) (string, error) {
 		// pins the view's types to the catalog's whatever a file says.
 		cols[i] = fmt.Sprintf("CAST(b.%s AS %s) AS %s", quoteIdent(c.Name), st, quoteIdent(c.Name))
 	}
-	name := quoteLiteral(t.Name)
-	return fmt.Sprintf("SELECT %s FROM read_parquet(retina_files(%s), file_row_number = true) AS b "+
+	name, list := quoteLiteral(t.Name), strings.Join(cols, ", ")
+	return fmt.Sprintf("SELECT %s FROM read_parquet(retina_files(%s, false)) AS b "+
+		"UNION ALL SELECT %s FROM read_parquet(retina_files(%s, true), file_row_number = true) AS b "+
 		"ANTI JOIN retina_deleted(%s) AS d ON b.file_index = d.file_index AND b.file_row_number = d.file_row_number "+
-		"UNION ALL SELECT * FROM retina_scan_rest(%s)", strings.Join(cols, ", "), name, name, name), nil
+		"UNION ALL SELECT * FROM retina_scan_rest(%s)", list, name, list, name, name, name), nil
 }
 
 // duckSQLType is a column type as DuckDB's SQL names it.
@@ -175,28 +220,37 @@ func (e *Engine) emptyFile(t *catalog.Table) (string, error) {
 	return path, nil
 }
 
-// filesFunction is retina_files(table): the paths DuckDB reads natively at
-// the statement's view, or the table's empty file.
+// filesFunction is retina_files(table, dirty): the paths of the files
+// DuckDB reads natively at the statement's view with rows deleted at its
+// snapshot (dirty) or without, or the table's empty file.
 type filesFunction struct{ e *Engine }
 
 func (f filesFunction) Config() duckdb.ScalarFuncConfig {
 	varchar, _ := duckdb.NewTypeInfo(duckdb.TYPE_VARCHAR)
+	boolean, _ := duckdb.NewTypeInfo(duckdb.TYPE_BOOLEAN)
 	list, _ := duckdb.NewListInfo(varchar)
 	// Not volatile: DuckDB folds it to a constant when it binds the
 	// statement, which read_parquet's argument must be.
-	return duckdb.ScalarFuncConfig{InputTypeInfos: []duckdb.TypeInfo{varchar}, ResultTypeInfo: list}
+	return duckdb.ScalarFuncConfig{InputTypeInfos: []duckdb.TypeInfo{varchar, boolean}, ResultTypeInfo: list}
 }
 
 func (f filesFunction) Executor() duckdb.ScalarFuncExecutor {
 	return duckdb.ScalarFuncExecutor{RowContextExecutor: func(ctx context.Context, args []driver.Value) (any, error) {
 		name, _ := args[0].(string)
+		dirty, _ := args[1].(bool)
 		b, err := f.e.bindTable(ctx, name)
 		if err != nil {
 			return nil, err
 		}
 		var paths []string
 		if b.view != nil {
-			paths = f.e.splitFor(b).paths
+			s, err := f.e.splitFor(b)
+			if err != nil {
+				return nil, err
+			}
+			if paths = s.clean; dirty {
+				paths = s.dirty
+			}
 		}
 		if len(paths) == 0 {
 			p, err := f.e.emptyFile(b.table)
@@ -233,49 +287,24 @@ func (e *Engine) deletedFunction() duckdb.ChunkTableFunction {
 				return nil, err
 			}
 			src := &deletedSource{}
-			if b.view == nil || e.cfg.Scanner.NoVisibility {
+			if b.view == nil {
 				return src, nil
 			}
-			if err := src.collect(e, b); err != nil {
+			split, err := e.splitFor(b)
+			if err != nil {
 				return nil, err
 			}
+			src.file, src.row = split.delFile, split.delRow
 			return src, nil
 		},
 	}
 }
 
-// deletedSource holds one statement's deleted positions.
+// deletedSource hands out one statement's deleted positions.
 type deletedSource struct {
 	file []uint64
 	row  []int64
 	at   int
-}
-
-func (d *deletedSource) collect(e *Engine, b boundTable) error {
-	var buf []uint64
-	for i, f := range e.splitFor(b).files {
-		vis, err := e.cfg.Scanner.Visibility(f)
-		if err != nil {
-			return fmt.Errorf("query: %s: file %d: %w", b.table.Name, f.ID, err)
-		}
-		rows := int(f.Rows())
-		bm, bit, err := b.view.DeletedRange(f.ID, vis, 0, rows, buf)
-		if err != nil {
-			return fmt.Errorf("query: %s: deleted rows of file %d at %d: %w", b.table.Name, f.ID, b.view.ts, err)
-		}
-		for w, m := range bm {
-			for m != 0 {
-				r := w*64 + bits.TrailingZeros64(m) - bit
-				m &= m - 1
-				if r >= 0 && r < rows {
-					d.file = append(d.file, uint64(i))
-					d.row = append(d.row, int64(r))
-				}
-			}
-		}
-		buf = bm
-	}
-	return nil
 }
 
 func (d *deletedSource) ColumnInfos() []duckdb.ColumnInfo {

@@ -118,8 +118,11 @@ func (e *Engine) scanFunction(rest bool) duckdb.ParallelChunkTableFunction {
 			files := b.snap.LiveFiles(b.table.ID)
 			if rest && b.stmt != nil {
 				// The files the statement's read_parquet does not read.
-				native := e.splitFor(b).ids
-				files = slices.DeleteFunc(files, func(f *catalog.File) bool { return native[f.ID] })
+				split, err := e.splitFor(b)
+				if err != nil {
+					return nil, err
+				}
+				files = slices.DeleteFunc(files, func(f *catalog.File) bool { return split.ids[f.ID] })
 			}
 			return &tableSource{e: e, table: b.table, files: files, view: b.view, ctx: ctx, infos: b.infos}, nil
 		},
