@@ -23,8 +23,9 @@ import (
 // pruning, projection, filter pushdown and parallelism). Files with rows
 // deleted at the snapshot lose them by an anti-join on (file_index,
 // file_row_number) with retina_deleted, the visibility structure's deleted
-// positions; files without are read as they are (the join's probe costs a
-// third of a scan, and most of a table is old files nothing deletes from).
+// positions; files without are read as they are (the join's probe costs
+// about half a scan, and most of a table is old files nothing deletes
+// from).
 // The rest, virtual files (the write buffer) and files the native read
 // cannot take exactly, go through retina_scan_rest:
 //
