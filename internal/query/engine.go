@@ -65,7 +65,11 @@ type Config struct {
 	// regular files in it itself (native.go). Empty: every file is read
 	// through retina_scan.
 	LakeDir string
-	Logger  *slog.Logger
+	// ScratchDir holds the engine's own files (the native path's empty
+	// Parquet files); it is emptied at open and at close. Empty: a new
+	// temporary directory.
+	ScratchDir string
+	Logger     *slog.Logger
 }
 
 // Engine owns the embedded DuckDB database.
@@ -338,7 +342,13 @@ func (e *Engine) Close() error {
 // files, and nothing else: SQL clients cannot reach other files, change
 // the settings, or load extensions.
 func (e *Engine) allowLake(ctx context.Context) error {
-	dir, err := os.MkdirTemp("", "retina-query-")
+	dir := e.cfg.ScratchDir
+	var err error
+	if dir == "" {
+		dir, err = os.MkdirTemp("", "retina-query-")
+	} else if err = os.RemoveAll(dir); err == nil {
+		err = os.MkdirAll(dir, 0o700)
+	}
 	if err != nil {
 		return fmt.Errorf("query: a directory for the native scan's empty files: %w", err)
 	}

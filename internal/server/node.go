@@ -227,7 +227,8 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	}
 	lakeDir, _ := n.Lake.LocalDir()
 	if n.Engine, err = query.Open(ctx, query.Config{Catalog: n.Catalog, Txn: n.Txn, Scanner: n.Scanner, Index: n.Index, Threads: cfg.QueryThreads,
-		IdleInTransactionTimeout: cfg.IdleInTransactionTimeout, History: cfg.QueryHistory, Waiter: cfg.Waiter, LakeDir: lakeDir, Logger: cfg.Logger}); err != nil {
+		IdleInTransactionTimeout: cfg.IdleInTransactionTimeout, History: cfg.QueryHistory, Waiter: cfg.Waiter, LakeDir: lakeDir,
+		ScratchDir: filepath.Join(cfg.DataDir, "query"), Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
 	if recordShards {
