@@ -229,14 +229,20 @@ type File struct {
 // The file's tail is fetched in one read: the footer, its length, and the
 // offset indexes written before it, which point reads use.
 func OpenFile(r parquet.ReaderAtSeeker, mem memory.Allocator) (*File, error) {
-	if mem == nil {
-		mem = memory.DefaultAllocator
-	}
-	r, err := newTailReader(r)
+	tr, err := newTailReader(r)
 	if err != nil {
 		return nil, err
 	}
-	pf, err := file.NewParquetReader(r)
+	return openTail(tr, mem)
+}
+
+// openTail opens a file through its tail reader, with the footer already
+// parsed if opts say so.
+func openTail(r *tailReader, mem memory.Allocator, opts ...file.ReadOption) (*File, error) {
+	if mem == nil {
+		mem = memory.DefaultAllocator
+	}
+	pf, err := file.NewParquetReader(r, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadFile, err)
 	}

@@ -77,7 +77,7 @@ func (sc *Scanner) readRowIn(ctx context.Context, t *catalog.Table, key string, 
 	if err != nil {
 		return nil, err
 	}
-	pf, err := openWidened(r, t, sc.mem)
+	pf, err := sc.openWidened(key, r, t)
 	if err != nil {
 		return nil, err
 	}

@@ -37,20 +37,25 @@ type Lake interface {
 
 // Scanner runs scans; it is safe for concurrent use.
 type Scanner struct {
-	lake   Lake
-	owners Owners
-	mem    memory.Allocator
+	lake    Lake
+	owners  Owners
+	mem     memory.Allocator
+	footers *lake.Footers
 	// NoVisibility skips the deleted-bitmap step (benchmarks measure the
 	// filter's cost with it); create_ts filtering still applies.
 	NoVisibility bool
 }
+
+// footerCacheBytes bounds the Parquet file tails a scanner keeps: a few
+// hundred files' footers and offset indexes (at most 128 KiB each).
+const footerCacheBytes = 32 << 20
 
 // New makes a scanner.
 func New(l Lake, owners Owners, mem memory.Allocator) *Scanner {
 	if mem == nil {
 		mem = memory.DefaultAllocator
 	}
-	return &Scanner{lake: l, owners: owners, mem: mem}
+	return &Scanner{lake: l, owners: owners, mem: mem, footers: lake.NewFooters(footerCacheBytes)}
 }
 
 // Request is one table scan at one snapshot.
@@ -253,7 +258,7 @@ func (sc *Scanner) scanRegular(ctx context.Context, req Request, f *catalog.File
 	if err != nil {
 		return err
 	}
-	pf, err := openWidened(r, req.Table, sc.mem)
+	pf, err := sc.openWidened(key, r, req.Table)
 	if err != nil {
 		return err
 	}
@@ -388,10 +393,11 @@ func releaseRecords(recs []arrow.RecordBatch) {
 	}
 }
 
-// openWidened opens a Parquet object of table t: written before the table
-// gained columns, it reads NULL in them.
-func openWidened(r *lake.ObjectReader, t *catalog.Table, mem memory.Allocator) (*lake.File, error) {
-	pf, err := lake.OpenFile(r, mem)
+// openWidened opens Parquet object key of table t, its footer from the
+// scanner's cache when it is there: written before the table gained
+// columns, it reads NULL in them.
+func (sc *Scanner) openWidened(key string, r *lake.ObjectReader, t *catalog.Table) (*lake.File, error) {
+	pf, err := lake.OpenFileCached(r, sc.mem, sc.footers, key)
 	if err != nil {
 		return nil, err
 	}
