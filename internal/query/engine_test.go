@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/query"
 	"github.com/retinadb/retina/internal/replay"
+	"github.com/retinadb/retina/internal/server"
 	"github.com/retinadb/retina/internal/server/servertest"
 	"github.com/retinadb/retina/internal/types"
 )
@@ -98,14 +100,25 @@ func TestQueriesSeeSnapshotsJoinsAndSelfJoins(t *testing.T) {
 }
 
 func TestSecurityAndReadOnly(t *testing.T) {
-	n := openNode(t)
+	t.Run("memory lake", func(t *testing.T) { securityAndReadOnly(t, openNode(t)) })
+	// DuckDB reads the lake's own files, nothing beside or above them.
+	t.Run("file lake", func(t *testing.T) {
+		securityAndReadOnly(t, servertest.OpenNodeTuned(t, func(c *server.NodeConfig) { c.Lake = "" }))
+	})
+}
+
+func securityAndReadOnly(t *testing.T, n *server.Node) {
 	createTable(t, n, "account", accountCols(), "id")
 	s, err := n.Engine.NewSession(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	lakeDir, _ := n.Lake.LocalDir()
 	for _, q := range []string{
+		"SELECT * FROM read_csv('" + filepath.Join(n.Config.DataDir, "catalog") + "/*')",
+		"SELECT * FROM read_csv('" + lakeDir + "/../catalog/*')",
+		"SET allowed_directories = ['/']",
 		"SELECT * FROM read_csv('/etc/passwd')",
 		"SELECT * FROM read_parquet('/etc/hostname')",
 		"COPY (SELECT 1) TO '/tmp/retina-should-not-exist.csv'",
