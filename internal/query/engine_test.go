@@ -34,6 +34,12 @@ func queryAll(t testing.TB, s *query.Session, q string, args ...any) [][]any {
 	if err != nil {
 		t.Fatalf("%s: %v", q, err)
 	}
+	return resultRows(t, res)
+}
+
+// resultRows reads a result's rows and closes it.
+func resultRows(t testing.TB, res *query.Result) [][]any {
+	t.Helper()
 	defer res.Close()
 	var out [][]any
 	for res.Next() {

@@ -159,16 +159,7 @@ func TestNativeScanMatchesGoScan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got [][]any
-		for res.Next() {
-			v, err := res.Values()
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, v)
-		}
-		res.Close()
-		if want := queryAll(t, prepSession, strings.Replace(counted, "every", "retina_scan('every')", 1)); fmt.Sprint(got) != fmt.Sprint(want) {
+		if got, want := resultRows(t, res), queryAll(t, prepSession, strings.Replace(counted, "every", "retina_scan('every')", 1)); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("round %d: the prepared statement read %v, retina_scan %v", round, got, want)
 		}
 		s, err := n.Engine.NewSession(ctx)
