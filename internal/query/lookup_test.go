@@ -8,15 +8,25 @@ import (
 
 	"github.com/retinadb/retina/internal/query"
 	"github.com/retinadb/retina/internal/replay"
+	"github.com/retinadb/retina/internal/server"
+	"github.com/retinadb/retina/internal/server/servertest"
 )
 
 // Point lookups (WHERE pk = value through the index) return what a scan
 // returns, at every snapshot: at a statement's own, in transactions begun
 // before later changes, and in transactions whose view was checkpointed
 // (the index may no longer know their snapshot; they scan). The scan is
-// the same query with the key wrapped so it is not a lookup.
+// the same query with the key wrapped so it is not a lookup. On a file://
+// lake the rows come from files read directly and footers kept, and the
+// scan is DuckDB's native one.
 func TestPointLookupsMatchScans(t *testing.T) {
-	n := openNode(t)
+	t.Run("memory lake", func(t *testing.T) { pointLookupsMatchScans(t, openNode(t)) })
+	t.Run("file lake", func(t *testing.T) {
+		pointLookupsMatchScans(t, servertest.OpenNodeTuned(t, func(c *server.NodeConfig) { c.Lake = "" }))
+	})
+}
+
+func pointLookupsMatchScans(t *testing.T, n *server.Node) {
 	ctx := context.Background()
 	tb := createTable(t, n, "account", accountCols(), "id")
 	rng := rand.New(rand.NewPCG(3, 4))
