@@ -288,8 +288,8 @@ func (s *Store) ReadRange(ctx context.Context, key string, off, n int64) ([]byte
 	var data []byte
 	err := s.do(ctx, "read-range", key, func(ctx context.Context) error {
 		if path, ok := s.LocalPath(key); ok {
-			// A point read makes a dozen of these: the file, not the
-			// blob API's reader, is a tenth of the cost.
+			// A point read makes a dozen of these: reading the file
+			// skips the blob API's reader and its attribute lookups.
 			buf, err := readLocal(path, off, n)
 			data = buf
 			return err
