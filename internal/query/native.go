@@ -157,35 +157,14 @@ func nativeViewSQL(t *catalog.Table) (string, error) {
 
 // duckSQLType is a column type as DuckDB's SQL names it.
 func duckSQLType(t types.Type) (string, error) {
-	switch t.Kind {
-	case types.Int8:
-		return "TINYINT", nil
-	case types.Int16:
-		return "SMALLINT", nil
-	case types.Int32:
-		return "INTEGER", nil
-	case types.Int64:
-		return "BIGINT", nil
-	case types.Float32:
-		return "FLOAT", nil
-	case types.Float64:
-		return "DOUBLE", nil
-	case types.Decimal:
+	if t.Kind == types.Decimal {
 		return fmt.Sprintf("DECIMAL(%d, %d)", t.Precision, t.Scale), nil
-	case types.String:
-		return "VARCHAR", nil
-	case types.Bytes:
-		return "BLOB", nil
-	case types.Bool:
-		return "BOOLEAN", nil
-	case types.Date:
-		return "DATE", nil
-	case types.Timestamp:
-		return "TIMESTAMP", nil
-	case types.TimestampTZ:
-		return "TIMESTAMPTZ", nil
 	}
-	return "", fmt.Errorf("no DuckDB type for %s", t)
+	d, ok := duckTypes[t.Kind]
+	if !ok {
+		return "", fmt.Errorf("no DuckDB type for %s", t)
+	}
+	return d.sql, nil
 }
 
 // emptyFile is the path of a Parquet file with t's columns and no rows,

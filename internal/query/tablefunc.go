@@ -66,37 +66,30 @@ func (sv *statementView) catalog(c Catalog) *catalog.Snapshot {
 // errNoSnapshot reports a scan outside a Retina statement.
 var errNoSnapshot = errors.New("query: retina_scan ran without a statement snapshot")
 
+// duckTypes are DuckDB's types for the column kinds, and their SQL names;
+// a decimal's depend on its precision and scale.
+var duckTypes = map[types.Kind]struct {
+	t   duckdb.Type
+	sql string
+}{
+	types.Int8: {duckdb.TYPE_TINYINT, "TINYINT"}, types.Int16: {duckdb.TYPE_SMALLINT, "SMALLINT"},
+	types.Int32: {duckdb.TYPE_INTEGER, "INTEGER"}, types.Int64: {duckdb.TYPE_BIGINT, "BIGINT"},
+	types.Float32: {duckdb.TYPE_FLOAT, "FLOAT"}, types.Float64: {duckdb.TYPE_DOUBLE, "DOUBLE"},
+	types.String: {duckdb.TYPE_VARCHAR, "VARCHAR"}, types.Bytes: {duckdb.TYPE_BLOB, "BLOB"},
+	types.Bool: {duckdb.TYPE_BOOLEAN, "BOOLEAN"}, types.Date: {duckdb.TYPE_DATE, "DATE"},
+	types.Timestamp: {duckdb.TYPE_TIMESTAMP, "TIMESTAMP"}, types.TimestampTZ: {duckdb.TYPE_TIMESTAMP_TZ, "TIMESTAMPTZ"},
+}
+
 // duckType maps a column type to DuckDB's.
 func duckType(t types.Type) (duckdb.TypeInfo, error) {
-	switch t.Kind {
-	case types.Int8:
-		return duckdb.NewTypeInfo(duckdb.TYPE_TINYINT)
-	case types.Int16:
-		return duckdb.NewTypeInfo(duckdb.TYPE_SMALLINT)
-	case types.Int32:
-		return duckdb.NewTypeInfo(duckdb.TYPE_INTEGER)
-	case types.Int64:
-		return duckdb.NewTypeInfo(duckdb.TYPE_BIGINT)
-	case types.Float32:
-		return duckdb.NewTypeInfo(duckdb.TYPE_FLOAT)
-	case types.Float64:
-		return duckdb.NewTypeInfo(duckdb.TYPE_DOUBLE)
-	case types.Decimal:
+	if t.Kind == types.Decimal {
 		return duckdb.NewDecimalInfo(t.Precision, t.Scale)
-	case types.String:
-		return duckdb.NewTypeInfo(duckdb.TYPE_VARCHAR)
-	case types.Bytes:
-		return duckdb.NewTypeInfo(duckdb.TYPE_BLOB)
-	case types.Bool:
-		return duckdb.NewTypeInfo(duckdb.TYPE_BOOLEAN)
-	case types.Date:
-		return duckdb.NewTypeInfo(duckdb.TYPE_DATE)
-	case types.Timestamp:
-		return duckdb.NewTypeInfo(duckdb.TYPE_TIMESTAMP)
-	case types.TimestampTZ:
-		return duckdb.NewTypeInfo(duckdb.TYPE_TIMESTAMP_TZ)
 	}
-	return nil, fmt.Errorf("query: no DuckDB type for %s", t)
+	d, ok := duckTypes[t.Kind]
+	if !ok {
+		return nil, fmt.Errorf("query: no DuckDB type for %s", t)
+	}
+	return duckdb.NewTypeInfo(d.t)
 }
 
 // scanFunction is the retina_scan(table) table function: the rows of a
