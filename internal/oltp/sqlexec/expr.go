@@ -1,0 +1,227 @@
+package sqlexec
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"vitess.io/vitess/go/sqltypes"
+	querypb "vitess.io/vitess/go/vt/proto/query"
+	"vitess.io/vitess/go/vt/sqlparser"
+	"vitess.io/vitess/go/vt/vtenv"
+	"vitess.io/vitess/go/vt/vtgate/evalengine"
+
+	"github.com/retinadb/retina/internal/oltp/sqlstore"
+)
+
+// source is one table of a statement's FROM clause; its columns occupy
+// [off, off+len(columns)) of the combined row.
+type source struct {
+	t    *sqlstore.Table
+	name string // alias, or the table's name
+	off  int
+}
+
+// scope resolves column names to positions in a combined row: the columns
+// of each source in turn, then named slots (grouping and aggregate
+// results).
+type scope struct {
+	sources []*source
+	slots   map[string]int
+	// fallback resolves names the scope does not know (ANY_VALUE columns
+	// of a grouped query); nil: unknown names are errors.
+	fallback func(*sqlparser.ColName) (int, error)
+}
+
+func (sc *scope) width() int {
+	if len(sc.sources) == 0 {
+		return 0
+	}
+	last := sc.sources[len(sc.sources)-1]
+	return last.off + len(last.t.Columns)
+}
+
+// lookup finds a column: its source index and position in the combined row.
+func (sc *scope) lookup(col *sqlparser.ColName) (int, int, error) {
+	name := col.Name.String()
+	if i, ok := sc.slots[strings.ToLower(name)]; ok && col.Qualifier.IsEmpty() {
+		return -1, i, nil
+	}
+	qual := strings.ToLower(col.Qualifier.Name.String())
+	found, srcIdx, pos := 0, -1, -1
+	for si, src := range sc.sources {
+		if qual != "" && qual != src.name {
+			continue
+		}
+		if c := src.t.ColumnIndex(name); c >= 0 {
+			found++
+			srcIdx, pos = si, src.off+c
+		}
+	}
+	switch {
+	case found == 1:
+		return srcIdx, pos, nil
+	case found > 1:
+		return 0, 0, errorf(ErNonUnique, "column '%s' in field list is ambiguous; qualify it with its table", sqlparser.String(col))
+	}
+	if sc.fallback != nil {
+		p, err := sc.fallback(col)
+		return -1, p, err
+	}
+	return 0, 0, errorf(ErBadField, "unknown column '%s'", sqlparser.String(col))
+}
+
+// compiled is an expression ready to evaluate against a combined row.
+type compiled struct {
+	ev evalengine.Expr
+	// level is the highest source index the expression reads (-1: none).
+	level int
+	coll  *Engine
+}
+
+func (c *compiled) eval(env *evalengine.ExpressionEnv) (sqltypes.Value, error) {
+	r, err := env.Evaluate(c.ev)
+	if err != nil {
+		return sqltypes.NULL, err
+	}
+	return r.Value(c.coll.collation), nil
+}
+
+// truth evaluates a condition: NULL and false are false.
+func (c *compiled) truth(env *evalengine.ExpressionEnv) (bool, error) {
+	r, err := env.Evaluate(c.ev)
+	if err != nil {
+		return false, err
+	}
+	return r.ToBoolean(), nil
+}
+
+// compile translates e for evaluation in sc. Variables (@@sys, @user) are
+// replaced by their values first; the cached statement is not modified.
+func (s *Session) compile(e sqlparser.Expr, sc *scope) (*compiled, error) {
+	var verr error
+	e = sqlparser.CopyOnRewrite(e, nil, func(cur *sqlparser.CopyOnWriteCursor) {
+		v, ok := cur.Node().(*sqlparser.Variable)
+		if !ok {
+			return
+		}
+		var val sqltypes.Value
+		if v.Scope == sqlparser.VariableScope {
+			val = s.userVars[strings.ToLower(v.Name.String())]
+		} else {
+			var err error
+			if val, err = s.systemVar(v.Name.String()); err != nil {
+				verr = err
+				return
+			}
+		}
+		cur.Replace(literal(val))
+	}, nil).(sqlparser.Expr)
+	if verr != nil {
+		return nil, verr
+	}
+	level := -1
+	var rerr error
+	_ = sqlparser.Walk(func(node sqlparser.SQLNode) (bool, error) {
+		switch n := node.(type) {
+		case *sqlparser.ColName:
+			si, _, err := sc.lookup(n)
+			if err != nil {
+				rerr = err
+				return false, err
+			}
+			level = max(level, si)
+		case *sqlparser.Subquery:
+			rerr = unsupported("a subquery in an expression")
+			return false, rerr
+		}
+		return true, nil
+	}, e)
+	if rerr != nil {
+		return nil, rerr
+	}
+	ev, err := evalengine.Translate(e, &evalengine.Config{
+		ResolveColumn: func(col *sqlparser.ColName) (int, error) {
+			_, p, err := sc.lookup(col)
+			return p, err
+		},
+		Collation:   s.e.collation,
+		Environment: s.e.env,
+	})
+	if err != nil {
+		return nil, errorf(ErUnsupported, "expression %s: %v", truncate(sqlparser.String(e), 80), err)
+	}
+	return &compiled{ev: ev, level: level, coll: s.e}, nil
+}
+
+// literal turns a value into an AST literal.
+func literal(v sqltypes.Value) sqlparser.Expr {
+	switch {
+	case v.IsNull():
+		return &sqlparser.NullVal{}
+	case v.IsIntegral():
+		return sqlparser.NewIntLiteral(v.ToString())
+	case v.IsDecimal():
+		return sqlparser.NewDecimalLiteral(v.ToString())
+	case v.IsFloat():
+		return sqlparser.NewFloatLiteral(v.ToString())
+	}
+	return sqlparser.NewStrLiteral(v.ToString())
+}
+
+// vcursor is what the evaluation engine asks of its caller.
+type vcursor struct {
+	env *vtenv.Environment
+	db  string
+}
+
+func (v vcursor) TimeZone() *time.Location        { return time.UTC }
+func (v vcursor) GetKeyspace() string             { return v.db }
+func (v vcursor) SQLMode() string                 { return "STRICT_TRANS_TABLES,NO_ENGINE_SUBSTITUTION" }
+func (v vcursor) Environment() *vtenv.Environment { return v.env }
+func (v vcursor) SetLastInsertID(uint64)          {}
+
+func (s *Session) env(bind map[string]*querypb.BindVariable) *evalengine.ExpressionEnv {
+	return evalengine.NewExpressionEnv(context.Background(), bind, vcursor{env: s.e.env, db: s.dbName()})
+}
+
+// storedRow converts a stored row to SQL values into dst.
+func storedRow(dst []sqltypes.Value, t *sqlstore.Table, vals []any) {
+	for i := range t.Columns {
+		dst[i] = sqlstore.FromStored(&t.Columns[i], vals[i])
+	}
+}
+
+// keyValue converts v to column c's stored value for a key bound, when the
+// comparison's result does not depend on MySQL's type coercion (same type
+// class). ok false: the bound cannot be used; scan more widely.
+func keyValue(t *sqlstore.Table, c *sqlstore.Column, v sqltypes.Value) (any, bool) {
+	if v.IsNull() {
+		return nil, true
+	}
+	ct := sqlstore.QueryType(c)
+	switch {
+	case sqltypes.IsNumber(ct):
+		if !sqltypes.IsNumber(v.Type()) {
+			return nil, false
+		}
+	case sqltypes.IsText(ct) || sqltypes.IsBinary(ct):
+		if !(v.IsText() || v.IsBinary()) {
+			return nil, false
+		}
+	case ct == querypb.Type_DATE || ct == querypb.Type_DATETIME:
+		if !(v.IsText() || v.Type() == querypb.Type_DATE || v.Type() == querypb.Type_DATETIME) {
+			return nil, false
+		}
+	default:
+		return nil, false
+	}
+	x, err := sqlstore.ToStored(t, c, v)
+	if err != nil {
+		return nil, false
+	}
+	return x, true
+}
+
+var _ = fmt.Sprintf

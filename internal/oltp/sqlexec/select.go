@@ -1,0 +1,535 @@
+package sqlexec
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"vitess.io/vitess/go/sqltypes"
+	querypb "vitess.io/vitess/go/vt/proto/query"
+	"vitess.io/vitess/go/vt/sqlparser"
+	"vitess.io/vitess/go/vt/vtgate/evalengine"
+
+	"github.com/retinadb/retina/internal/oltp/skeena"
+	"github.com/retinadb/retina/internal/oltp/sqlstore"
+)
+
+// fromClause resolves FROM into sources and adds inner-join conditions to
+// the conjuncts.
+func (s *Session) fromClause(from []sqlparser.TableExpr) (*scope, []sqlparser.Expr, error) {
+	sc := &scope{}
+	var conds []sqlparser.Expr
+	var add func(te sqlparser.TableExpr) error
+	add = func(te sqlparser.TableExpr) error {
+		switch te := te.(type) {
+		case *sqlparser.AliasedTableExpr:
+			tn, ok := te.Expr.(sqlparser.TableName)
+			if !ok {
+				return unsupported("a subquery in FROM")
+			}
+			if strings.EqualFold(tn.Name.String(), "dual") && tn.Qualifier.IsEmpty() {
+				return nil // SELECT without FROM
+			}
+			t, err := s.e.cat.Table(tn.Name.String())
+			if err != nil {
+				return err
+			}
+			name := strings.ToLower(tn.Name.String())
+			if !te.As.IsEmpty() {
+				name = strings.ToLower(te.As.String())
+			}
+			for _, src := range sc.sources {
+				if src.name == name {
+					return errorf(ErNonUnique, "not unique table/alias: '%s'", name)
+				}
+			}
+			sc.sources = append(sc.sources, &source{t: t, name: name, off: sc.width()})
+		case *sqlparser.JoinTableExpr:
+			switch te.Join {
+			case sqlparser.NormalJoinType, sqlparser.StraightJoinType:
+			default:
+				return unsupported("outer joins")
+			}
+			if err := add(te.LeftExpr); err != nil {
+				return err
+			}
+			if err := add(te.RightExpr); err != nil {
+				return err
+			}
+			if te.Condition != nil {
+				if len(te.Condition.Using) > 0 {
+					return unsupported("JOIN … USING; write the ON condition")
+				}
+				if te.Condition.On != nil {
+					conds = sqlparser.SplitAndExpression(conds, te.Condition.On)
+				}
+			}
+		case *sqlparser.ParenTableExpr:
+			for _, x := range te.Exprs {
+				if err := add(x); err != nil {
+					return err
+				}
+			}
+		default:
+			return unsupported(fmt.Sprintf("FROM %s", sqlparser.String(te)))
+		}
+		return nil
+	}
+	for _, te := range from {
+		if err := add(te); err != nil {
+			return nil, nil, err
+		}
+	}
+	return sc, conds, nil
+}
+
+// joinResult is one combined row and the stored rows it came from.
+type joinResult struct {
+	vals []sqltypes.Value
+	rows []sqlstore.Row
+}
+
+// join runs the nested-loop join of sc's sources under the conjuncts and
+// returns the combined rows that pass every conjunct.
+func (s *Session) join(ctx context.Context, tx *skeena.Tx, sc *scope, conj []sqlparser.Expr, bind map[string]*querypb.BindVariable, lock bool, limit int) ([]joinResult, error) {
+	compiledConj := make([]*compiled, len(conj))
+	for i, c := range conj {
+		ce, err := s.compile(c, sc)
+		if err != nil {
+			return nil, err
+		}
+		compiledConj[i] = ce
+	}
+	n := len(sc.sources)
+	// Conjuncts by the level at which all they read is known.
+	levels := make([][]*compiled, max(n, 1))
+	for _, c := range compiledConj {
+		levels[max(c.level, 0)] = append(levels[max(c.level, 0)], c)
+	}
+	plans := make([]access, n)
+	for i := range sc.sources {
+		var mine []sqlparser.Expr
+		for j, c := range compiledConj {
+			if c.level == i {
+				mine = append(mine, conj[j])
+			}
+		}
+		plans[i] = s.planAccess(sc, i, mine)
+	}
+	env := s.env(bind)
+	row := make([]sqltypes.Value, sc.width())
+	env.Row = row
+	stored := make([]sqlstore.Row, n)
+	rows := sqlstore.Rows{Tx: tx, Cat: s.e.cat}
+	var out []joinResult
+	pass := func(level int) (bool, error) {
+		for _, c := range levels[level] {
+			ok, err := c.truth(env)
+			if err != nil || !ok {
+				return false, err
+			}
+		}
+		return true, nil
+	}
+	if n == 0 {
+		ok, err := pass(0)
+		if err != nil || !ok {
+			return nil, err
+		}
+		return []joinResult{{vals: row}}, nil
+	}
+	var walk func(level int) error
+	walk = func(level int) error {
+		src := sc.sources[level]
+		push := 0
+		if n == 1 && plans[0].exact && len(levels[0]) == len(conj) {
+			push = limit
+		}
+		got, err := fetch(ctx, rows, src.t, &plans[level], env, push)
+		if err != nil {
+			return err
+		}
+		for _, r := range got {
+			storedRow(row[src.off:], src.t, r.Vals)
+			ok, err := pass(level)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+			if lock {
+				if err := rows.Lock(ctx, src.t, r); err != nil {
+					return err
+				}
+			}
+			stored[level] = r
+			if level+1 < n {
+				if err := walk(level + 1); err != nil {
+					return err
+				}
+				continue
+			}
+			out = append(out, joinResult{vals: slices.Clone(row), rows: slices.Clone(stored)})
+		}
+		return nil
+	}
+	if err := walk(0); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// outputCol is one column of a SELECT's result.
+type outputCol struct {
+	expr  sqlparser.Expr
+	name  string
+	field *querypb.Field // known type, or nil: from the first row
+}
+
+func (s *Session) expandSelect(sc *scope, exprs *sqlparser.SelectExprs) ([]outputCol, error) {
+	var out []outputCol
+	for _, se := range exprs.Exprs {
+		switch se := se.(type) {
+		case *sqlparser.StarExpr:
+			qual := strings.ToLower(se.TableName.Name.String())
+			matched := false
+			for _, src := range sc.sources {
+				if qual != "" && qual != src.name {
+					continue
+				}
+				matched = true
+				for i := range src.t.Columns {
+					c := &src.t.Columns[i]
+					out = append(out, outputCol{
+						expr:  sqlparser.NewColNameWithQualifier(c.Name, sqlparser.NewTableName(src.name)),
+						name:  c.Name,
+						field: &querypb.Field{Name: c.Name, Type: sqlstore.QueryType(c), Table: src.t.Name},
+					})
+				}
+			}
+			if !matched {
+				return nil, errorf(ErBadField, "unknown table '%s' in *", qual)
+			}
+		case *sqlparser.AliasedExpr:
+			oc := outputCol{expr: se.Expr, name: sqlparser.String(se.Expr)}
+			if col, ok := se.Expr.(*sqlparser.ColName); ok {
+				oc.name = col.Name.String()
+				if si, p, err := sc.lookup(col); err == nil && si >= 0 {
+					src := sc.sources[si]
+					c := &src.t.Columns[p-src.off]
+					oc.field = &querypb.Field{Name: c.Name, Type: sqlstore.QueryType(c), Table: src.t.Name}
+				}
+			}
+			if !se.As.IsEmpty() {
+				oc.name = se.As.String()
+			}
+			if oc.field != nil {
+				oc.field.Name = oc.name
+			}
+			out = append(out, oc)
+		default:
+			return nil, unsupported(sqlparser.String(se))
+		}
+	}
+	return out, nil
+}
+
+func hasAggregate(exprs ...sqlparser.SQLNode) bool {
+	found := false
+	for _, e := range exprs {
+		if e == nil {
+			continue
+		}
+		_ = sqlparser.Walk(func(node sqlparser.SQLNode) (bool, error) {
+			if _, ok := node.(sqlparser.AggrFunc); ok {
+				found = true
+				return false, nil
+			}
+			return true, nil
+		}, e)
+	}
+	return found
+}
+
+func (s *Session) selectStmt(ctx context.Context, tx *skeena.Tx, st *sqlparser.Select, bind map[string]*querypb.BindVariable) (*sqltypes.Result, error) {
+	if st.With != nil {
+		return nil, unsupported("WITH")
+	}
+	if st.Into != nil {
+		return nil, unsupported("SELECT … INTO")
+	}
+	sc, conds, err := s.fromClause(st.From)
+	if err != nil {
+		return nil, err
+	}
+	var conj []sqlparser.Expr
+	if st.Where != nil {
+		conj = sqlparser.SplitAndExpression(conj, st.Where.Expr)
+	}
+	conj = append(conj, conds...)
+	cols, err := s.expandSelect(sc, st.SelectExprs)
+	if err != nil {
+		return nil, err
+	}
+	grouped := (st.GroupBy != nil && len(st.GroupBy.Exprs) > 0) || st.Having != nil
+	for _, c := range cols {
+		grouped = grouped || hasAggregate(c.expr)
+	}
+	for _, o := range st.OrderBy {
+		grouped = grouped || hasAggregate(o.Expr)
+	}
+	limit, offset, err := s.limits(st.Limit, bind)
+	if err != nil {
+		return nil, err
+	}
+	push := 0
+	if !grouped && !st.Distinct && limit >= 0 && s.orderMatchesKey(sc, conj, st.OrderBy) {
+		push = limit + offset
+	}
+	lock := st.Lock == sqlparser.ForUpdateLock || st.Lock == sqlparser.ForUpdateLockNoWait || st.Lock == sqlparser.ForUpdateLockSkipLocked || st.Lock == sqlparser.ShareModeLock || st.Lock == sqlparser.ForShareLock
+	joined, err := s.join(ctx, tx, sc, conj, bind, lock, push)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([][]sqltypes.Value, len(joined))
+	for i, j := range joined {
+		rows[i] = j.vals
+	}
+	outScope := sc
+	if grouped {
+		if rows, outScope, cols, st, err = s.group(sc, rows, cols, st, bind); err != nil {
+			return nil, err
+		}
+	}
+	return s.finish(outScope, rows, cols, st.OrderBy, st.Distinct, limit, offset, bind)
+}
+
+// orderMatchesKey reports whether a single-source query's ORDER BY is the
+// order its access path reads rows in (so a LIMIT can stop the scan).
+func (s *Session) orderMatchesKey(sc *scope, conj []sqlparser.Expr, order sqlparser.OrderBy) bool {
+	if len(sc.sources) != 1 {
+		return false
+	}
+	a := s.planAccess(sc, 0, conj)
+	if !a.exact {
+		return false
+	}
+	for i, o := range order {
+		if o.Direction == sqlparser.DescOrder {
+			return false
+		}
+		c, ok := colOf(sc, 0, o.Expr)
+		k := a.keyLen + i
+		if !ok || k >= len(a.keyCols) || a.keyCols[k] != c {
+			return false
+		}
+	}
+	return true
+}
+
+// limits evaluates LIMIT and OFFSET (-1: no limit).
+func (s *Session) limits(l *sqlparser.Limit, bind map[string]*querypb.BindVariable) (int, int, error) {
+	if l == nil {
+		return -1, 0, nil
+	}
+	num := func(e sqlparser.Expr) (int, error) {
+		if e == nil {
+			return 0, nil
+		}
+		v, err := s.constant(e, bind)
+		if err != nil {
+			return 0, err
+		}
+		n, err := strconv.Atoi(v.ToString())
+		if err != nil || n < 0 {
+			return 0, errorf(ErWrongValue, "LIMIT and OFFSET take non-negative integers, not %s", v.ToString())
+		}
+		return n, nil
+	}
+	limit, err := num(l.Rowcount)
+	if err != nil {
+		return 0, 0, err
+	}
+	if l.Rowcount == nil {
+		limit = -1
+	}
+	offset, err := num(l.Offset)
+	return limit, offset, err
+}
+
+// finish orders, projects, de-duplicates and limits.
+func (s *Session) finish(sc *scope, rows [][]sqltypes.Value, cols []outputCol, order sqlparser.OrderBy, distinct bool, limit, offset int, bind map[string]*querypb.BindVariable) (*sqltypes.Result, error) {
+	proj := make([]*compiled, len(cols))
+	for i, c := range cols {
+		ce, err := s.compile(c.expr, sc)
+		if err != nil {
+			return nil, err
+		}
+		proj[i] = ce
+	}
+	// Sort keys: an output alias or position, else an expression.
+	type key struct {
+		out  int // ≥ 0: output column
+		e    *compiled
+		desc bool
+	}
+	keys := make([]key, len(order))
+	for i, o := range order {
+		k := key{out: -1, desc: o.Direction == sqlparser.DescOrder}
+		if lit, ok := o.Expr.(*sqlparser.Literal); ok && lit.Type == sqlparser.IntVal {
+			n, _ := strconv.Atoi(lit.Val)
+			if n < 1 || n > len(cols) {
+				return nil, errorf(ErBadField, "unknown column '%d' in 'order clause'", n)
+			}
+			k.out = n - 1
+		} else if col, ok := o.Expr.(*sqlparser.ColName); ok && col.Qualifier.IsEmpty() {
+			for ci, c := range cols {
+				if strings.EqualFold(c.name, col.Name.String()) {
+					if _, _, err := sc.lookup(col); err != nil || c.field == nil {
+						k.out = ci
+					}
+					break
+				}
+			}
+		}
+		if k.out < 0 {
+			ce, err := s.compile(o.Expr, sc)
+			if err != nil {
+				return nil, err
+			}
+			k.e = ce
+		}
+		keys[i] = k
+	}
+	env := s.env(bind)
+	type outRow struct {
+		vals, sortBy []sqltypes.Value
+	}
+	out := make([]outRow, 0, len(rows))
+	for _, r := range rows {
+		env.Row = r
+		o := outRow{vals: make([]sqltypes.Value, len(proj))}
+		for i, p := range proj {
+			v, err := p.eval(env)
+			if err != nil {
+				return nil, err
+			}
+			o.vals[i] = v
+		}
+		for _, k := range keys {
+			if k.out >= 0 {
+				o.sortBy = append(o.sortBy, o.vals[k.out])
+				continue
+			}
+			v, err := k.e.eval(env)
+			if err != nil {
+				return nil, err
+			}
+			o.sortBy = append(o.sortBy, v)
+		}
+		out = append(out, o)
+	}
+	if len(keys) > 0 {
+		collEnv := s.e.env.CollationEnv()
+		var sortErr error
+		slices.SortStableFunc(out, func(a, b outRow) int {
+			for i, k := range keys {
+				c, err := evalengine.NullsafeCompare(a.sortBy[i], b.sortBy[i], collEnv, s.e.collation, nil)
+				if err != nil {
+					sortErr = err
+				}
+				if c != 0 {
+					if k.desc {
+						return -c
+					}
+					return c
+				}
+			}
+			return 0
+		})
+		if sortErr != nil {
+			return nil, sortErr
+		}
+	}
+	res := &sqltypes.Result{Fields: make([]*querypb.Field, len(cols))}
+	seen := map[string]bool{}
+	skipped := 0
+	for _, o := range out {
+		if distinct {
+			k := rowKey(o.vals)
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+		}
+		if skipped < offset {
+			skipped++
+			continue
+		}
+		if limit >= 0 && len(res.Rows) >= limit {
+			break
+		}
+		res.Rows = append(res.Rows, o.vals)
+	}
+	for i, c := range cols {
+		if c.field != nil {
+			res.Fields[i] = c.field
+			continue
+		}
+		typ := querypb.Type_VARCHAR
+		for _, r := range res.Rows {
+			if !r[i].IsNull() {
+				typ = r[i].Type()
+				break
+			}
+		}
+		if len(res.Rows) > 0 && typ == querypb.Type_VARCHAR && res.Rows[0][i].IsNull() {
+			typ = querypb.Type_NULL_TYPE
+		}
+		res.Fields[i] = &querypb.Field{Name: c.name, Type: typ}
+	}
+	return res, nil
+}
+
+// rowKey is a byte string equal for rows whose values are equal (binary
+// collation), for DISTINCT and grouping.
+func rowKey(vals []sqltypes.Value) string {
+	var b strings.Builder
+	for _, v := range vals {
+		if v.IsNull() {
+			b.WriteString("N;")
+			continue
+		}
+		raw := v.Raw()
+		if v.IsIntegral() || v.IsDecimal() || v.IsFloat() {
+			// Numbers equal in value share a key whatever their type.
+			if f, err := strconv.ParseFloat(v.ToString(), 64); err == nil && !v.IsDecimal() {
+				raw = strconv.AppendFloat(nil, f, 'g', -1, 64)
+			} else if v.IsDecimal() {
+				raw = []byte(normalizeDecimal(v.ToString()))
+			}
+			b.WriteString("n")
+		} else {
+			b.WriteString("s")
+		}
+		b.WriteString(strconv.Itoa(len(raw)))
+		b.WriteByte(':')
+		b.Write(raw)
+	}
+	return b.String()
+}
+
+func normalizeDecimal(s string) string {
+	if strings.Contains(s, ".") {
+		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	}
+	if s == "-0" {
+		s = "0"
+	}
+	return s
+}
+
+func lowerName(s string) string { return strings.ToLower(s) }
