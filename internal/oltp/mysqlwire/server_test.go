@@ -187,6 +187,11 @@ func TestSQLOverMySQLProtocol(t *testing.T) {
 	if got := rows(t, db, "SELECT c_last FROM customer WHERE c_w_id = ? AND c_id = ?", 2, 1); got != "CHARLIE" {
 		t.Errorf("prepared point read: %q", got)
 	}
+	// The binary protocol encodes each value by its field's type: an int
+	// column before others must not shift them.
+	if got := rows(t, db, "SELECT c_w_id, c_id, c_balance, c_last, c_id + 1 FROM customer WHERE c_w_id = ? AND c_id = ?", 1, 2); got != "1|2|0.00|BAKER|3" {
+		t.Errorf("prepared mixed types: %q", got)
+	}
 	if got := rows(t, db, "SELECT i_name FROM item WHERE i_id IN (?, ?) ORDER BY i_id LIMIT ?", 2, 3, 1); got != "ink" {
 		t.Errorf("prepared IN with LIMIT: %q", got)
 	}

@@ -61,17 +61,18 @@ func colOf(sc *scope, si int, e sqlparser.Expr) (int, bool) {
 	return p - sc.sources[si].off, true
 }
 
-// before compiles e if it reads only sources before si.
-func (s *Session) before(sc *scope, si int, e sqlparser.Expr) (*compiled, bool) {
+// before compiles e if it reads only sources already placed in the join
+// order (known when source si is fetched).
+func (s *Session) before(sc *scope, placed uint64, e sqlparser.Expr) (*compiled, bool) {
 	c, err := s.compile(e, sc)
-	if err != nil || c.level >= si {
+	if err != nil || c.srcs&^placed != 0 {
 		return nil, false
 	}
 	return c, true
 }
 
 // planAccess chooses how to fetch source si given the conjuncts.
-func (s *Session) planAccess(sc *scope, si int, conj []sqlparser.Expr) access {
+func (s *Session) planAccess(sc *scope, si int, placed uint64, conj []sqlparser.Expr) access {
 	t := sc.sources[si].t
 	type cand struct {
 		ix   uint32
@@ -87,15 +88,8 @@ func (s *Session) planAccess(sc *scope, si int, conj []sqlparser.Expr) access {
 	best := access{}
 	bestScore := -1
 	for _, cd := range cands {
-		a := s.planIndex(sc, si, cd.ix, cd.cols, conj)
-		score := a.keyLen * 4
-		if a.lo != nil || a.hi != nil {
-			score += 2
-		}
-		if a.keyLen == len(cd.cols) && a.keyLen > 0 {
-			score++ // a full key: at most one row per alternative
-		}
-		if score > bestScore {
+		a := s.planIndex(sc, si, placed, cd.ix, cd.cols, conj)
+		if score := a.score(); score > bestScore {
 			best, bestScore = a, score
 		}
 	}
@@ -105,7 +99,20 @@ func (s *Session) planAccess(sc *scope, si int, conj []sqlparser.Expr) access {
 	return best
 }
 
-func (s *Session) planIndex(sc *scope, si int, ix uint32, cols []int, conj []sqlparser.Expr) access {
+// score ranks access paths: more bound key columns first, then a range,
+// then a whole key (at most one row per alternative).
+func (a *access) score() int {
+	score := a.keyLen * 4
+	if a.lo != nil || a.hi != nil {
+		score += 2
+	}
+	if a.keyLen == len(a.keyCols) && a.keyLen > 0 {
+		score++
+	}
+	return score
+}
+
+func (s *Session) planIndex(sc *scope, si int, placed uint64, ix uint32, cols []int, conj []sqlparser.Expr) access {
 	a := access{ix: ix, keyCols: cols}
 	used := make([]bool, len(conj))
 	exact := true
@@ -124,7 +131,7 @@ func (s *Session) planIndex(sc *scope, si int, ix uint32, cols []int, conj []sql
 			case sqlparser.EqualOp:
 				for _, pair := range [2][2]sqlparser.Expr{{cmp.Left, cmp.Right}, {cmp.Right, cmp.Left}} {
 					if c2, ok := colOf(sc, si, pair[0]); ok && c2 == col {
-						if v, ok := s.before(sc, si, pair[1]); ok {
+						if v, ok := s.before(sc, placed, pair[1]); ok {
 							a.binders = append(a.binders, binder{pos: []int{k}, alts: [][]*compiled{{v}}})
 							used[ci], found = true, true
 							break
@@ -139,7 +146,7 @@ func (s *Session) planIndex(sc *scope, si int, ix uint32, cols []int, conj []sql
 				if c2, ok := colOf(sc, si, cmp.Left); ok && c2 == col {
 					var alts [][]*compiled
 					for _, v := range tuple {
-						cv, ok := s.before(sc, si, v)
+						cv, ok := s.before(sc, placed, v)
 						if !ok {
 							alts = nil
 							break
@@ -151,7 +158,7 @@ func (s *Session) planIndex(sc *scope, si int, ix uint32, cols []int, conj []sql
 						used[ci], found, exact = true, true, false
 					}
 				} else if lt, ok := cmp.Left.(sqlparser.ValTuple); ok {
-					if b, ok := s.tupleBinder(sc, si, cols, lt, tuple); ok && containsPos(b.pos, k) && !anyBound(bound, b.pos) {
+					if b, ok := s.tupleBinder(sc, si, placed, cols, lt, tuple); ok && containsPos(b.pos, k) && !anyBound(bound, b.pos) {
 						a.binders = append(a.binders, b)
 						used[ci], found, exact = true, true, false
 						for _, p := range b.pos {
@@ -205,7 +212,7 @@ func (s *Session) planIndex(sc *scope, si int, ix uint32, cols []int, conj []sql
 				if !ok || c2 != col {
 					continue
 				}
-				v, ok := s.before(sc, si, r)
+				v, ok := s.before(sc, placed, r)
 				if !ok {
 					continue
 				}
@@ -220,8 +227,8 @@ func (s *Session) planIndex(sc *scope, si int, ix uint32, cols []int, conj []sql
 					continue
 				}
 				if c2, ok := colOf(sc, si, c.Left); ok && c2 == col {
-					lo, ok1 := s.before(sc, si, c.From)
-					hi, ok2 := s.before(sc, si, c.To)
+					lo, ok1 := s.before(sc, placed, c.From)
+					hi, ok2 := s.before(sc, placed, c.To)
 					if ok1 && ok2 {
 						a.lo, a.hi = append(a.lo, lo), append(a.hi, hi)
 					}
@@ -258,7 +265,7 @@ func anyBound(bound map[int]bool, ps []int) bool {
 
 // tupleBinder handles (a, b) IN ((1, 2), (3, 4)) where a and b are key
 // columns of source si.
-func (s *Session) tupleBinder(sc *scope, si int, cols []int, left, right sqlparser.ValTuple) (binder, bool) {
+func (s *Session) tupleBinder(sc *scope, si int, placed uint64, cols []int, left, right sqlparser.ValTuple) (binder, bool) {
 	var b binder
 	for _, e := range left {
 		c, ok := colOf(sc, si, e)
@@ -283,7 +290,7 @@ func (s *Session) tupleBinder(sc *scope, si int, cols []int, left, right sqlpars
 		}
 		alt := make([]*compiled, len(tup))
 		for i, v := range tup {
-			if alt[i], ok = s.before(sc, si, v); !ok {
+			if alt[i], ok = s.before(sc, placed, v); !ok {
 				return b, false
 			}
 		}

@@ -75,9 +75,9 @@ func (sc *scope) lookup(col *sqlparser.ColName) (int, int, error) {
 // compiled is an expression ready to evaluate against a combined row.
 type compiled struct {
 	ev evalengine.Expr
-	// level is the highest source index the expression reads (-1: none).
-	level int
-	coll  *Engine
+	// srcs has bit i set when the expression reads source i.
+	srcs uint64
+	coll *Engine
 }
 
 func (c *compiled) eval(env *evalengine.ExpressionEnv) (sqltypes.Value, error) {
@@ -121,7 +121,7 @@ func (s *Session) compile(e sqlparser.Expr, sc *scope) (*compiled, error) {
 	if verr != nil {
 		return nil, verr
 	}
-	level := -1
+	var srcs uint64
 	var rerr error
 	_ = sqlparser.Walk(func(node sqlparser.SQLNode) (bool, error) {
 		switch n := node.(type) {
@@ -131,7 +131,9 @@ func (s *Session) compile(e sqlparser.Expr, sc *scope) (*compiled, error) {
 				rerr = err
 				return false, err
 			}
-			level = max(level, si)
+			if si >= 0 {
+				srcs |= 1 << si
+			}
 		case *sqlparser.Subquery:
 			rerr = unsupported("a subquery in an expression")
 			return false, rerr
@@ -152,7 +154,7 @@ func (s *Session) compile(e sqlparser.Expr, sc *scope) (*compiled, error) {
 	if err != nil {
 		return nil, errorf(ErUnsupported, "expression %s: %v", truncate(sqlparser.String(e), 80), err)
 	}
-	return &compiled{ev: ev, level: level, coll: s.e}, nil
+	return &compiled{ev: ev, srcs: srcs, coll: s.e}, nil
 }
 
 // literal turns a value into an AST literal.

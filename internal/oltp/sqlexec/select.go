@@ -103,20 +103,49 @@ func (s *Session) join(ctx context.Context, tx *skeena.Tx, sc *scope, conj []sql
 		compiledConj[i] = ce
 	}
 	n := len(sc.sources)
-	// Conjuncts by the level at which all they read is known.
-	levels := make([][]*compiled, max(n, 1))
-	for _, c := range compiledConj {
-		levels[max(c.level, 0)] = append(levels[max(c.level, 0)], c)
+	if n > 64 {
+		return nil, unsupported("a join of more than 64 tables")
 	}
+	// Join order: greedily, the source with the best access path given the
+	// sources already placed (ties keep FROM order). Each conjunct is
+	// checked at the first step where every source it reads is placed.
+	order := make([]int, 0, n)
 	plans := make([]access, n)
-	for i := range sc.sources {
-		var mine []sqlparser.Expr
-		for j, c := range compiledConj {
-			if c.level == i {
-				mine = append(mine, conj[j])
+	levels := make([][]*compiled, max(n, 1))
+	var placed uint64
+	assigned := make([]bool, len(compiledConj))
+	for step := 0; step < n; step++ {
+		best, bestScore := -1, -1
+		var bestPlan access
+		for si := range sc.sources {
+			if placed&(1<<si) != 0 {
+				continue
+			}
+			var mine []sqlparser.Expr
+			for j, c := range compiledConj {
+				if c.srcs&(1<<si) != 0 && c.srcs&^(placed|1<<si) == 0 {
+					mine = append(mine, conj[j])
+				}
+			}
+			a := s.planAccess(sc, si, placed, mine)
+			if sc := a.score(); sc > bestScore {
+				best, bestScore, bestPlan = si, sc, a
 			}
 		}
-		plans[i] = s.planAccess(sc, i, mine)
+		order = append(order, best)
+		plans[best] = bestPlan
+		placed |= 1 << best
+		for j, c := range compiledConj {
+			if !assigned[j] && c.srcs&^placed == 0 {
+				levels[step] = append(levels[step], c)
+				assigned[j] = true
+			}
+		}
+	}
+	for j, c := range compiledConj { // constant conjuncts (no sources)
+		if !assigned[j] {
+			levels[0] = append(levels[0], c)
+		}
 	}
 	env := s.env(bind)
 	row := make([]sqltypes.Value, sc.width())
@@ -142,12 +171,13 @@ func (s *Session) join(ctx context.Context, tx *skeena.Tx, sc *scope, conj []sql
 	}
 	var walk func(level int) error
 	walk = func(level int) error {
-		src := sc.sources[level]
+		si := order[level]
+		src := sc.sources[si]
 		push := 0
 		if n == 1 && plans[0].exact && len(levels[0]) == len(conj) {
 			push = limit
 		}
-		got, err := fetch(ctx, rows, src.t, &plans[level], env, push)
+		got, err := fetch(ctx, rows, src.t, &plans[si], env, push)
 		if err != nil {
 			return err
 		}
@@ -165,7 +195,7 @@ func (s *Session) join(ctx context.Context, tx *skeena.Tx, sc *scope, conj []sql
 					return err
 				}
 			}
-			stored[level] = r
+			stored[si] = r
 			if level+1 < n {
 				if err := walk(level + 1); err != nil {
 					return err
@@ -313,7 +343,7 @@ func (s *Session) orderMatchesKey(sc *scope, conj []sqlparser.Expr, order sqlpar
 	if len(sc.sources) != 1 {
 		return false
 	}
-	a := s.planAccess(sc, 0, conj)
+	a := s.planAccess(sc, 0, 0, conj)
 	if !a.exact {
 		return false
 	}
@@ -491,7 +521,36 @@ func (s *Session) finish(sc *scope, rows [][]sqltypes.Value, cols []outputCol, o
 		}
 		res.Fields[i] = &querypb.Field{Name: c.name, Type: typ}
 	}
+	normalizeTypes(res)
 	return res, nil
+}
+
+// normalizeTypes gives every value of a column its field's type: the binary
+// protocol encodes a value by its own type and clients decode it by the
+// field's, so the two must agree. Integers of another width are re-typed;
+// a column whose values differ otherwise is sent as text.
+func normalizeTypes(res *sqltypes.Result) {
+	for i, f := range res.Fields {
+		mixed := false
+		for _, r := range res.Rows {
+			v := r[i]
+			if v.IsNull() || v.Type() == f.Type {
+				continue
+			}
+			if !(v.IsIntegral() && sqltypes.IsIntegral(f.Type)) {
+				mixed = true
+				break
+			}
+		}
+		if mixed {
+			f.Type = querypb.Type_VARCHAR
+		}
+		for _, r := range res.Rows {
+			if v := r[i]; !v.IsNull() && v.Type() != f.Type {
+				r[i] = sqltypes.MakeTrusted(f.Type, v.Raw())
+			}
+		}
+	}
 }
 
 // rowKey is a byte string equal for rows whose values are equal (binary
