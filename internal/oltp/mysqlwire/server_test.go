@@ -177,6 +177,20 @@ func TestSQLOverMySQLProtocol(t *testing.T) {
 		{"SELECT @@autocommit, @@version_comment", "1|Retina OLTP (Skeena)"},
 		{"SELECT c_since FROM customer WHERE c_w_id = 1 AND c_id = 1", "2024-01-02 03:04:05"},
 		{"SELECT i_price * 2 FROM item WHERE i_id = 2", "24.50"},
+		// Subqueries in FROM, outer joins, correlated subqueries.
+		{"SELECT count(*) FROM (SELECT c_w_id, count(*) n FROM customer GROUP BY c_w_id) t WHERE n > 2", "1"},
+		{"SELECT t.w, t.n, w_name FROM (SELECT c_w_id w, count(*) n FROM customer GROUP BY c_w_id) t, warehouse WHERE w_id = t.w ORDER BY t.w", "1|3|north\n2|2|south"},
+		{"SELECT * FROM (SELECT * FROM (SELECT c_w_id, c_id FROM customer) a JOIN (SELECT w_id FROM warehouse) b ON a.c_w_id = b.w_id) ab WHERE c_id = 3", "1|3|1"},
+		{"SELECT i_id, c_id FROM item LEFT JOIN customer ON c_w_id = 1 AND c_id = i_id ORDER BY i_id", "1|1\n2|2\n3|3"},
+		{"SELECT w_id, c_id FROM warehouse LEFT JOIN customer ON c_w_id = w_id AND c_last = 'BAKER' ORDER BY w_id", "1|2\n2|NULL"},
+		{"SELECT count(*) FROM warehouse LEFT JOIN customer ON c_w_id = w_id AND c_last = 'BAKER' WHERE c_id IS NULL", "1"},
+		{"SELECT w_id, (SELECT count(*) FROM customer WHERE c_w_id = w.w_id) n FROM warehouse w ORDER BY w_id", "1|3\n2|2"},
+		{"SELECT w_id FROM warehouse WHERE w_id IN (SELECT c_w_id FROM customer WHERE c_last = 'CHARLIE')", "2"},
+		{"SELECT w_id FROM warehouse w WHERE EXISTS (SELECT 1 FROM customer WHERE c_w_id = w.w_id AND c_last = 'BAKER')", "1"},
+		{"SELECT count(*) FROM (SELECT c_id, (SELECT sum(c2.c_id) FROM customer c2 WHERE c2.c_w_id = c.c_w_id) s FROM customer c WHERE c.c_w_id = 1) t WHERE s <> 6", "0"},
+		{"SELECT POWER(2, 3) + 0", "8"},
+		// Correlated aggregates run once, grouped; missing groups are 0 or NULL.
+		{"SELECT i_id, (SELECT count(*) FROM customer WHERE c_id = i.i_id AND c_w_id = 2), (SELECT max(c_last) FROM customer WHERE c_w_id = 2 AND i.i_id = c_id) FROM item i ORDER BY i_id", "1|1|CHARLIE\n2|1|ABLE\n3|0|NULL"},
 	} {
 		if got := rows(t, db, c.q); got != c.want {
 			t.Errorf("%s:\n got %q\nwant %q", c.q, got, c.want)

@@ -3,6 +3,7 @@ package sqlexec
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -21,6 +22,14 @@ type source struct {
 	t    *sqlstore.Table
 	name string // alias, or the table's name
 	off  int
+	// derived is a subquery in FROM; rows are its result, computed once
+	// per statement (t then only names the columns).
+	derived *sqlparser.Select
+	rows    [][]sqltypes.Value
+	// leftJoin: rows of the sources before are kept, NULL-extended, when
+	// none of this source's rows meets the ON condition.
+	leftJoin bool
+	on       []sqlparser.Expr
 }
 
 // scope resolves column names to positions in a combined row: the columns
@@ -74,22 +83,29 @@ func (sc *scope) lookup(col *sqlparser.ColName) (int, int, error) {
 
 // compiled is an expression ready to evaluate against a combined row.
 type compiled struct {
-	ev evalengine.Expr
+	ev   evalengine.Expr
+	subs []*subquery // run for each row before ev
 	// srcs has bit i set when the expression reads source i.
 	srcs uint64
-	coll *Engine
+	sess *Session
 }
 
 func (c *compiled) eval(env *evalengine.ExpressionEnv) (sqltypes.Value, error) {
+	if err := c.runSubs(env); err != nil {
+		return sqltypes.NULL, err
+	}
 	r, err := env.Evaluate(c.ev)
 	if err != nil {
 		return sqltypes.NULL, err
 	}
-	return r.Value(c.coll.collation), nil
+	return r.Value(c.sess.e.collation), nil
 }
 
 // truth evaluates a condition: NULL and false are false.
 func (c *compiled) truth(env *evalengine.ExpressionEnv) (bool, error) {
+	if err := c.runSubs(env); err != nil {
+		return false, err
+	}
 	r, err := env.Evaluate(c.ev)
 	if err != nil {
 		return false, err
@@ -97,10 +113,20 @@ func (c *compiled) truth(env *evalengine.ExpressionEnv) (bool, error) {
 	return r.ToBoolean(), nil
 }
 
+func (c *compiled) runSubs(env *evalengine.ExpressionEnv) error {
+	for _, sub := range c.subs {
+		if err := c.sess.runSubquery(sub, env); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // compile translates e for evaluation in sc. Variables (@@sys, @user) are
 // replaced by their values first; the cached statement is not modified.
 func (s *Session) compile(e sqlparser.Expr, sc *scope) (*compiled, error) {
 	var verr error
+	var srcs uint64
 	e = sqlparser.CopyOnRewrite(e, nil, func(cur *sqlparser.CopyOnWriteCursor) {
 		v, ok := cur.Node().(*sqlparser.Variable)
 		if !ok {
@@ -121,7 +147,17 @@ func (s *Session) compile(e sqlparser.Expr, sc *scope) (*compiled, error) {
 	if verr != nil {
 		return nil, verr
 	}
-	var srcs uint64
+	e, subs, err := s.liftSubqueries(e, sc)
+	if err != nil {
+		return nil, err
+	}
+	for _, sub := range subs {
+		for _, o := range sub.outer {
+			if si, _, err := sc.lookupPos(o.pos); err == nil {
+				srcs |= 1 << si
+			}
+		}
+	}
 	var rerr error
 	_ = sqlparser.Walk(func(node sqlparser.SQLNode) (bool, error) {
 		switch n := node.(type) {
@@ -134,9 +170,6 @@ func (s *Session) compile(e sqlparser.Expr, sc *scope) (*compiled, error) {
 			if si >= 0 {
 				srcs |= 1 << si
 			}
-		case *sqlparser.Subquery:
-			rerr = unsupported("a subquery in an expression")
-			return false, rerr
 		}
 		return true, nil
 	}, e)
@@ -154,7 +187,7 @@ func (s *Session) compile(e sqlparser.Expr, sc *scope) (*compiled, error) {
 	if err != nil {
 		return nil, errorf(ErUnsupported, "expression %s: %v", truncate(sqlparser.String(e), 80), err)
 	}
-	return &compiled{ev: ev, srcs: srcs, coll: s.e}, nil
+	return &compiled{ev: ev, srcs: srcs, subs: subs, sess: s}, nil
 }
 
 // literal turns a value into an AST literal.
@@ -184,8 +217,24 @@ func (v vcursor) SQLMode() string                 { return "STRICT_TRANS_TABLES,
 func (v vcursor) Environment() *vtenv.Environment { return v.env }
 func (v vcursor) SetLastInsertID(uint64)          {}
 
+// env is an evaluation environment with its own copy of the bind
+// variables (subqueries add theirs).
 func (s *Session) env(bind map[string]*querypb.BindVariable) *evalengine.ExpressionEnv {
-	return evalengine.NewExpressionEnv(context.Background(), bind, vcursor{env: s.e.env, db: s.dbName()})
+	vars := maps.Clone(bind)
+	if vars == nil {
+		vars = map[string]*querypb.BindVariable{}
+	}
+	return evalengine.NewExpressionEnv(context.Background(), vars, vcursor{env: s.e.env, db: s.dbName()})
+}
+
+// lookupPos finds the source holding a combined-row position.
+func (sc *scope) lookupPos(p int) (int, *source, error) {
+	for i, src := range sc.sources {
+		if p >= src.off && p < src.off+len(src.t.Columns) {
+			return i, src, nil
+		}
+	}
+	return 0, nil, fmt.Errorf("position %d is not a source column", p)
 }
 
 // storedRow converts a stored row to SQL values into dst.
@@ -225,5 +274,3 @@ func keyValue(t *sqlstore.Table, c *sqlstore.Column, v sqltypes.Value) (any, boo
 	}
 	return x, true
 }
-
-var _ = fmt.Sprintf

@@ -82,7 +82,11 @@ func (s *Session) group(sc *scope, rows [][]sqltypes.Value, cols []outputCol, st
 			return nil
 		}
 		return sqlparser.CopyOnRewrite(e, func(node, _ sqlparser.SQLNode) bool {
-			// Do not descend into aggregates or grouped expressions.
+			// Do not descend into aggregates, grouped expressions or
+			// subqueries (their columns are their own).
+			if _, ok := node.(*sqlparser.Subquery); ok {
+				return false
+			}
 			if ex, ok := node.(sqlparser.Expr); ok {
 				if _, isAgg := ex.(sqlparser.AggrFunc); isAgg {
 					return false
@@ -316,12 +320,12 @@ func (acc *accumulator) add(env *evalengine.ExpressionEnv) error {
 		return acc.sum.Add(v)
 	case *sqlparser.Min:
 		if acc.mm == nil {
-			acc.mm = evalengine.NewAggregationMinMax(v.Type(), a.arg.coll.env.CollationEnv(), a.arg.coll.collation, nil)
+			acc.mm = evalengine.NewAggregationMinMax(v.Type(), a.arg.sess.e.env.CollationEnv(), a.arg.sess.e.collation, nil)
 		}
 		return acc.mm.Min(v)
 	case *sqlparser.Max:
 		if acc.mm == nil {
-			acc.mm = evalengine.NewAggregationMinMax(v.Type(), a.arg.coll.env.CollationEnv(), a.arg.coll.collation, nil)
+			acc.mm = evalengine.NewAggregationMinMax(v.Type(), a.arg.sess.e.env.CollationEnv(), a.arg.sess.e.collation, nil)
 		}
 		return acc.mm.Max(v)
 	}

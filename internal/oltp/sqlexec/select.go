@@ -17,45 +17,73 @@ import (
 )
 
 // fromClause resolves FROM into sources and adds inner-join conditions to
-// the conjuncts.
-func (s *Session) fromClause(from []sqlparser.TableExpr) (*scope, []sqlparser.Expr, error) {
+// the conjuncts. With run, derived tables are computed (in the statement's
+// transaction); without, only their columns are named (for resolving a
+// subquery's correlation).
+func (s *Session) fromClause(from []sqlparser.TableExpr, bind map[string]*querypb.BindVariable, run bool) (*scope, []sqlparser.Expr, error) {
 	sc := &scope{}
 	var conds []sqlparser.Expr
-	var add func(te sqlparser.TableExpr) error
-	add = func(te sqlparser.TableExpr) error {
+	addSource := func(src *source) error {
+		for _, o := range sc.sources {
+			if o.name == src.name {
+				return errorf(ErNonUnique, "not unique table/alias: '%s'", src.name)
+			}
+		}
+		src.off = sc.width()
+		sc.sources = append(sc.sources, src)
+		return nil
+	}
+	var add func(te sqlparser.TableExpr, left bool) error
+	add = func(te sqlparser.TableExpr, left bool) error {
 		switch te := te.(type) {
 		case *sqlparser.AliasedTableExpr:
-			tn, ok := te.Expr.(sqlparser.TableName)
-			if !ok {
-				return unsupported("a subquery in FROM")
-			}
-			if strings.EqualFold(tn.Name.String(), "dual") && tn.Qualifier.IsEmpty() {
-				return nil // SELECT without FROM
-			}
-			t, err := s.e.cat.Table(tn.Name.String())
-			if err != nil {
-				return err
-			}
-			name := strings.ToLower(tn.Name.String())
-			if !te.As.IsEmpty() {
-				name = strings.ToLower(te.As.String())
-			}
-			for _, src := range sc.sources {
-				if src.name == name {
-					return errorf(ErNonUnique, "not unique table/alias: '%s'", name)
+			switch expr := te.Expr.(type) {
+			case sqlparser.TableName:
+				if strings.EqualFold(expr.Name.String(), "dual") && expr.Qualifier.IsEmpty() {
+					return nil // SELECT without FROM
 				}
+				t, err := s.e.cat.Table(expr.Name.String())
+				if err != nil {
+					return err
+				}
+				name := strings.ToLower(expr.Name.String())
+				if !te.As.IsEmpty() {
+					name = strings.ToLower(te.As.String())
+				}
+				return addSource(&source{t: t, name: name, leftJoin: left})
+			case *sqlparser.DerivedTable:
+				sel, ok := expr.Select.(*sqlparser.Select)
+				if !ok {
+					return unsupported("UNION in FROM")
+				}
+				if te.As.IsEmpty() {
+					return errorf(ErParse, "every derived table must have its own alias")
+				}
+				src := &source{name: strings.ToLower(te.As.String()), derived: sel, leftJoin: left}
+				if err := s.deriveColumns(src, bind, run); err != nil {
+					return err
+				}
+				return addSource(src)
 			}
-			sc.sources = append(sc.sources, &source{t: t, name: name, off: sc.width()})
+			return unsupported(fmt.Sprintf("FROM %s", sqlparser.String(te)))
 		case *sqlparser.JoinTableExpr:
+			isLeft := false
 			switch te.Join {
 			case sqlparser.NormalJoinType, sqlparser.StraightJoinType:
+			case sqlparser.LeftJoinType:
+				isLeft = true
 			default:
-				return unsupported("outer joins")
+				return unsupported("RIGHT and NATURAL joins; write them as LEFT or inner joins")
 			}
-			if err := add(te.LeftExpr); err != nil {
+			if err := add(te.LeftExpr, left); err != nil {
 				return err
 			}
-			if err := add(te.RightExpr); err != nil {
+			if isLeft {
+				if _, ok := te.RightExpr.(*sqlparser.AliasedTableExpr); !ok {
+					return unsupported("a LEFT JOIN whose right side is itself a join")
+				}
+			}
+			if err := add(te.RightExpr, isLeft); err != nil {
 				return err
 			}
 			if te.Condition != nil {
@@ -63,12 +91,17 @@ func (s *Session) fromClause(from []sqlparser.TableExpr) (*scope, []sqlparser.Ex
 					return unsupported("JOIN … USING; write the ON condition")
 				}
 				if te.Condition.On != nil {
-					conds = sqlparser.SplitAndExpression(conds, te.Condition.On)
+					if isLeft {
+						last := sc.sources[len(sc.sources)-1]
+						last.on = sqlparser.SplitAndExpression(last.on, te.Condition.On)
+					} else {
+						conds = sqlparser.SplitAndExpression(conds, te.Condition.On)
+					}
 				}
 			}
 		case *sqlparser.ParenTableExpr:
 			for _, x := range te.Exprs {
-				if err := add(x); err != nil {
+				if err := add(x, left); err != nil {
 					return err
 				}
 			}
@@ -78,11 +111,45 @@ func (s *Session) fromClause(from []sqlparser.TableExpr) (*scope, []sqlparser.Ex
 		return nil
 	}
 	for _, te := range from {
-		if err := add(te); err != nil {
+		if err := add(te, false); err != nil {
 			return nil, nil, err
 		}
 	}
 	return sc, conds, nil
+}
+
+// deriveColumns names a derived table's columns, and with run computes its
+// rows.
+func (s *Session) deriveColumns(src *source, bind map[string]*querypb.BindVariable, run bool) error {
+	var names []string
+	if run {
+		res, err := s.selectStmt(s.execCtx, s.execTx, src.derived, bind)
+		if err != nil {
+			return err
+		}
+		src.rows = res.Rows
+		for _, f := range res.Fields {
+			names = append(names, f.Name)
+		}
+	} else {
+		inner, _, err := s.fromClause(src.derived.From, nil, false)
+		if err != nil {
+			return err
+		}
+		cols, err := s.expandSelect(inner, src.derived.SelectExprs)
+		if err != nil {
+			return err
+		}
+		for _, c := range cols {
+			names = append(names, c.name)
+		}
+	}
+	t := &sqlstore.Table{Name: src.name}
+	for _, n := range names {
+		t.Columns = append(t.Columns, sqlstore.Column{Name: n})
+	}
+	src.t = t
+	return nil
 }
 
 // joinResult is one combined row and the stored rows it came from.
@@ -106,9 +173,22 @@ func (s *Session) join(ctx context.Context, tx *skeena.Tx, sc *scope, conj []sql
 	if n > 64 {
 		return nil, unsupported("a join of more than 64 tables")
 	}
+	on := make([][]*compiled, n)
+	hasLeft := false
+	for si, src := range sc.sources {
+		hasLeft = hasLeft || src.leftJoin
+		for _, c := range src.on {
+			ce, err := s.compile(c, sc)
+			if err != nil {
+				return nil, err
+			}
+			on[si] = append(on[si], ce)
+		}
+	}
 	// Join order: greedily, the source with the best access path given the
-	// sources already placed (ties keep FROM order). Each conjunct is
-	// checked at the first step where every source it reads is placed.
+	// sources already placed (ties keep FROM order); FROM order as written
+	// when there is a LEFT JOIN. Each WHERE conjunct is checked at the
+	// first step where every source it reads is placed.
 	order := make([]int, 0, n)
 	plans := make([]access, n)
 	levels := make([][]*compiled, max(n, 1))
@@ -117,8 +197,8 @@ func (s *Session) join(ctx context.Context, tx *skeena.Tx, sc *scope, conj []sql
 	for step := 0; step < n; step++ {
 		best, bestScore := -1, -1
 		var bestPlan access
-		for si := range sc.sources {
-			if placed&(1<<si) != 0 {
+		for si, src := range sc.sources {
+			if placed&(1<<si) != 0 || (hasLeft && si != step) {
 				continue
 			}
 			var mine []sqlparser.Expr
@@ -127,9 +207,17 @@ func (s *Session) join(ctx context.Context, tx *skeena.Tx, sc *scope, conj []sql
 					mine = append(mine, conj[j])
 				}
 			}
-			a := s.planAccess(sc, si, placed, mine)
-			if sc := a.score(); sc > bestScore {
-				best, bestScore, bestPlan = si, sc, a
+			for j, c := range on[si] {
+				if c.srcs&^(placed|1<<si) == 0 {
+					mine = append(mine, src.on[j])
+				}
+			}
+			a := access{}
+			if src.derived == nil {
+				a = s.planAccess(sc, si, placed, mine)
+			}
+			if score := a.score(); score > bestScore {
+				best, bestScore, bestPlan = si, score, a
 			}
 		}
 		order = append(order, best)
@@ -153,8 +241,8 @@ func (s *Session) join(ctx context.Context, tx *skeena.Tx, sc *scope, conj []sql
 	stored := make([]sqlstore.Row, n)
 	rows := sqlstore.Rows{Tx: tx, Cat: s.e.cat}
 	var out []joinResult
-	pass := func(level int) (bool, error) {
-		for _, c := range levels[level] {
+	all := func(cs []*compiled) (bool, error) {
+		for _, c := range cs {
 			ok, err := c.truth(env)
 			if err != nil || !ok {
 				return false, err
@@ -163,46 +251,82 @@ func (s *Session) join(ctx context.Context, tx *skeena.Tx, sc *scope, conj []sql
 		return true, nil
 	}
 	if n == 0 {
-		ok, err := pass(0)
+		ok, err := all(levels[0])
 		if err != nil || !ok {
 			return nil, err
 		}
 		return []joinResult{{vals: row}}, nil
 	}
 	var walk func(level int) error
+	// emit continues the join with the current row of this level in place.
+	emit := func(level int) error {
+		ok, err := all(levels[level])
+		if err != nil || !ok {
+			return err
+		}
+		if level+1 < n {
+			return walk(level + 1)
+		}
+		out = append(out, joinResult{vals: slices.Clone(row), rows: slices.Clone(stored)})
+		return nil
+	}
 	walk = func(level int) error {
 		si := order[level]
 		src := sc.sources[si]
-		push := 0
-		if n == 1 && plans[0].exact && len(levels[0]) == len(conj) {
-			push = limit
-		}
-		got, err := fetch(ctx, rows, src.t, &plans[si], env, push)
-		if err != nil {
-			return err
-		}
-		for _, r := range got {
-			storedRow(row[src.off:], src.t, r.Vals)
-			ok, err := pass(level)
+		seg := row[src.off : src.off+len(src.t.Columns)]
+		matched := false
+		if src.derived != nil {
+			for _, r := range src.rows {
+				copy(seg, r)
+				ok, err := all(on[si])
+				if err != nil {
+					return err
+				}
+				if !ok {
+					continue
+				}
+				matched = true
+				stored[si] = sqlstore.Row{}
+				if err := emit(level); err != nil {
+					return err
+				}
+			}
+		} else {
+			push := 0
+			if n == 1 && plans[0].exact && len(levels[0]) == len(conj) {
+				push = limit
+			}
+			got, err := fetch(ctx, rows, src.t, &plans[si], env, push)
 			if err != nil {
 				return err
 			}
-			if !ok {
-				continue
-			}
-			if lock {
-				if err := rows.Lock(ctx, src.t, r); err != nil {
+			for _, r := range got {
+				storedRow(seg, src.t, r.Vals)
+				ok, err := all(on[si])
+				if err != nil {
+					return err
+				}
+				if !ok {
+					continue
+				}
+				matched = true
+				if lock {
+					if err := rows.Lock(ctx, src.t, r); err != nil {
+						return err
+					}
+				}
+				stored[si] = r
+				if err := emit(level); err != nil {
 					return err
 				}
 			}
-			stored[si] = r
-			if level+1 < n {
-				if err := walk(level + 1); err != nil {
-					return err
-				}
-				continue
+		}
+		if src.leftJoin && !matched {
+			for i := range seg {
+				seg[i] = sqltypes.NULL
 			}
-			out = append(out, joinResult{vals: slices.Clone(row), rows: slices.Clone(stored)})
+			stored[si] = sqlstore.Row{}
+			return emit(level)
 		}
 		return nil
 	}
@@ -233,11 +357,11 @@ func (s *Session) expandSelect(sc *scope, exprs *sqlparser.SelectExprs) ([]outpu
 				matched = true
 				for i := range src.t.Columns {
 					c := &src.t.Columns[i]
-					out = append(out, outputCol{
-						expr:  sqlparser.NewColNameWithQualifier(c.Name, sqlparser.NewTableName(src.name)),
-						name:  c.Name,
-						field: &querypb.Field{Name: c.Name, Type: sqlstore.QueryType(c), Table: src.t.Name},
-					})
+					oc := outputCol{expr: sqlparser.NewColNameWithQualifier(c.Name, sqlparser.NewTableName(src.name)), name: c.Name}
+					if src.derived == nil {
+						oc.field = &querypb.Field{Name: c.Name, Type: sqlstore.QueryType(c), Table: src.t.Name}
+					}
+					out = append(out, oc)
 				}
 			}
 			if !matched {
@@ -247,7 +371,7 @@ func (s *Session) expandSelect(sc *scope, exprs *sqlparser.SelectExprs) ([]outpu
 			oc := outputCol{expr: se.Expr, name: sqlparser.String(se.Expr)}
 			if col, ok := se.Expr.(*sqlparser.ColName); ok {
 				oc.name = col.Name.String()
-				if si, p, err := sc.lookup(col); err == nil && si >= 0 {
+				if si, p, err := sc.lookup(col); err == nil && si >= 0 && sc.sources[si].derived == nil {
 					src := sc.sources[si]
 					c := &src.t.Columns[p-src.off]
 					oc.field = &querypb.Field{Name: c.Name, Type: sqlstore.QueryType(c), Table: src.t.Name}
@@ -274,9 +398,12 @@ func hasAggregate(exprs ...sqlparser.SQLNode) bool {
 			continue
 		}
 		_ = sqlparser.Walk(func(node sqlparser.SQLNode) (bool, error) {
-			if _, ok := node.(sqlparser.AggrFunc); ok {
+			switch node.(type) {
+			case sqlparser.AggrFunc:
 				found = true
 				return false, nil
+			case *sqlparser.Subquery:
+				return false, nil // its aggregates are its own
 			}
 			return true, nil
 		}, e)
@@ -291,7 +418,7 @@ func (s *Session) selectStmt(ctx context.Context, tx *skeena.Tx, st *sqlparser.S
 	if st.Into != nil {
 		return nil, unsupported("SELECT … INTO")
 	}
-	sc, conds, err := s.fromClause(st.From)
+	sc, conds, err := s.fromClause(st.From, bind, true)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -86,6 +87,11 @@ type Session struct {
 	nextIso    *engine.Isolation // SET TRANSACTION: the next transaction only
 	userVars   map[string]sqltypes.Value
 	cache      map[string]sqlparser.Statement
+
+	// The statement running: subqueries and derived tables run in it.
+	execCtx context.Context
+	execTx  *skeena.Tx
+	argSeq  int // names of bind variables made for subqueries
 }
 
 // NewSession starts a session in autocommit mode.
@@ -149,8 +155,17 @@ func (s *Session) Execute(ctx context.Context, query string, bind map[string]*qu
 }
 
 // Run runs a parsed statement.
-func (s *Session) Run(ctx context.Context, st sqlparser.Statement, bind map[string]*querypb.BindVariable) (*sqltypes.Result, error) {
-	res, err := s.run(ctx, st, bind)
+func (s *Session) Run(ctx context.Context, st sqlparser.Statement, bind map[string]*querypb.BindVariable) (res *sqltypes.Result, err error) {
+	defer func() {
+		// A bug in this package must cost the statement, not the server:
+		// the transaction is rolled back and the client told.
+		if p := recover(); p != nil {
+			s.rollback()
+			s.e.log.Error("sql: internal error", "statement", truncate(sqlparser.String(st), 200), "panic", p, "stack", string(debug.Stack()))
+			res, err = nil, toError(errorf(ErUnknown, "internal error running %q: %v; the transaction was rolled back", truncate(sqlparser.String(st), 60), p))
+		}
+	}()
+	res, err = s.run(ctx, st, bind)
 	if err != nil {
 		return nil, toError(err)
 	}
@@ -270,7 +285,9 @@ func (s *Session) inTx(ctx context.Context, fn func(*skeena.Tx) (*sqltypes.Resul
 			s.begin()
 			s.explicit = true
 		}
+		s.execCtx, s.execTx = ctx, s.tx
 		res, err := fn(s.tx)
+		s.execCtx, s.execTx = nil, nil
 		if err != nil {
 			s.rollback()
 		}
@@ -278,7 +295,9 @@ func (s *Session) inTx(ctx context.Context, fn func(*skeena.Tx) (*sqltypes.Resul
 	}
 	for attempt := 0; ; attempt++ {
 		s.begin()
+		s.execCtx, s.execTx = ctx, s.tx
 		res, err := fn(s.tx)
+		s.execCtx, s.execTx = nil, nil
 		if err == nil {
 			err = s.commit(ctx)
 		} else {
