@@ -2,13 +2,10 @@ package sqlexec
 
 import (
 	"context"
-	"strings"
 
-	"vitess.io/vitess/go/sqltypes"
 	"vitess.io/vitess/go/vt/sqlparser"
 	"vitess.io/vitess/go/vt/vtgate/evalengine"
 
-	"github.com/retinadb/retina/internal/oltp/skeena"
 	"github.com/retinadb/retina/internal/oltp/sqlstore"
 )
 
@@ -331,34 +328,27 @@ func (a *access) ranges(t *sqlstore.Table, env *evalengine.ExpressionEnv) ([]sql
 		}
 		combos = next
 	}
-	bound := func(es []*compiled, lower bool) (any, bool, bool, error) {
-		var best any
-		have := false
+	// Every bound must hold, so any one usable bound covers the matches.
+	bound := func(es []*compiled) (any, bool, error) {
 		for _, e := range es {
 			v, err := e.eval(env)
 			if err != nil {
-				return nil, false, false, err
+				return nil, false, err
 			}
 			if v.IsNull() {
 				continue // matches nothing; the filter says so
 			}
-			x, ok := keyValue(t, &t.Columns[a.keyCols[a.keyLen]], v)
-			if !ok {
-				continue
+			if x, ok := keyValue(t, &t.Columns[a.keyCols[a.keyLen]], v); ok {
+				return x, true, nil
 			}
-			if !have {
-				best, have = x, true
-				continue
-			}
-			_ = lower // one bound is enough: any of them covers the matches
 		}
-		return best, have, true, nil
+		return nil, false, nil
 	}
-	lo, hasLo, _, err := bound(a.lo, true)
+	lo, hasLo, err := bound(a.lo)
 	if err != nil {
 		return nil, false, err
 	}
-	hi, hasHi, _, err := bound(a.hi, false)
+	hi, hasHi, err := bound(a.hi)
 	if err != nil {
 		return nil, false, err
 	}
@@ -423,9 +413,3 @@ func fetch(ctx context.Context, rows sqlstore.Rows, t *sqlstore.Table, a *access
 	}
 	return out, nil
 }
-
-var (
-	_ = strings.ToLower
-	_ skeena.Placement
-	_ sqltypes.Value
-)

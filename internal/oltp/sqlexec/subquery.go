@@ -114,7 +114,6 @@ func (s *Session) correlate(sel *sqlparser.Select, outer *scope, sub *subquery) 
 	if err != nil {
 		return nil, err
 	}
-	var cerr error
 	out := sqlparser.CopyOnRewrite(sel, nil, func(cur *sqlparser.CopyOnWriteCursor) {
 		col, ok := cur.Node().(*sqlparser.ColName)
 		if !ok {
@@ -132,7 +131,7 @@ func (s *Session) correlate(sel *sqlparser.Select, outer *scope, sub *subquery) 
 		sub.outer = append(sub.outer, ref)
 		cur.Replace(sqlparser.NewArgument(ref.arg))
 	}, nil).(*sqlparser.Select)
-	return out, cerr
+	return out, nil
 }
 
 // run evaluates the subquery for the current row of env and binds its

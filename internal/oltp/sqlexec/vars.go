@@ -8,7 +8,6 @@ import (
 	"vitess.io/vitess/go/sqltypes"
 	querypb "vitess.io/vitess/go/vt/proto/query"
 	"vitess.io/vitess/go/vt/sqlparser"
-	"vitess.io/vitess/go/vt/vtgate/evalengine"
 
 	"github.com/retinadb/retina/internal/oltp/engine"
 )
@@ -236,5 +235,3 @@ func likeMatch(pattern, s string) bool {
 	}
 	return match(0, 0)
 }
-
-var _ = evalengine.EmptyExpressionEnv
