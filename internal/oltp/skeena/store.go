@@ -76,6 +76,9 @@ type Options struct {
 	// snapshot and cross-engine commits skip the check. Only for showing
 	// the anomalies the registry prevents.
 	DisableCSR bool
+	// Stream turns the commit stream on (Store.Commits). Its consumer must
+	// keep reading: commits it has not taken are held in memory.
+	Stream bool
 
 	// betweenPostCommits runs after a cross-engine commit's storage half is
 	// post-committed and before its memory half (tests).
@@ -97,6 +100,9 @@ type Store struct {
 	active map[uint64]int // anchor snapshots of running transactions that selected
 
 	cross crossRegistry
+
+	stream     *commitStream // nil unless Options.Stream
+	streamDone chan struct{}
 
 	stop chan struct{}
 	done chan struct{}
@@ -167,6 +173,17 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, err
 	}
 	go s.maintain()
+	if opts.Stream {
+		if opts.DisableCSR {
+			s.Close()
+			return nil, errors.New("skeena: the commit stream needs the snapshot registry (DisableCSR is set)")
+		}
+		s.stream, s.streamDone = newCommitStream(), make(chan struct{})
+		go func() {
+			defer close(s.streamDone)
+			s.runStream()
+		}()
+	}
 	return s, nil
 }
 
@@ -177,6 +194,9 @@ func (s *Store) Close() error {
 		s.end()
 		close(s.stop)
 		<-s.done
+		if s.streamDone != nil {
+			<-s.streamDone
+		}
 		err = errors.Join(s.disk.Close(), s.mem.Close())
 	})
 	return err

@@ -22,6 +22,7 @@ type Tx struct {
 	selected bool   // registered in Store.active
 	c1, c2   uint64 // cross-engine commit timestamps while in flight
 	done     bool
+	payload  any // delivered with the commit on the commit stream
 
 	lastTable string // placement of the last table touched
 	lastPlace Placement
@@ -67,15 +68,25 @@ func (tx *Tx) sub(ctx context.Context, table string) (engine.Tx, error) {
 		tx.memUsed = true
 		return tx.mem, nil
 	}
-	if tx.disk == nil {
-		v, err := tx.s.selectSnapshot(ctx, tx.anchor)
-		if err != nil {
-			return nil, err
-		}
-		tx.storage, tx.selected = v, !tx.s.noCSR
-		tx.disk = tx.s.disk.Begin(v, tx.iso)
+	if err := tx.beginStorage(ctx); err != nil {
+		return nil, err
 	}
 	return tx.disk, nil
+}
+
+// beginStorage starts the storage sub-transaction at the snapshot the
+// registry selects for the anchor, unless it has started.
+func (tx *Tx) beginStorage(ctx context.Context) error {
+	if tx.disk != nil {
+		return nil
+	}
+	v, err := tx.s.selectSnapshot(ctx, tx.anchor)
+	if err != nil {
+		return err
+	}
+	tx.storage, tx.selected = v, !tx.s.noCSR
+	tx.disk = tx.s.disk.Begin(v, tx.iso)
+	return nil
 }
 
 // selectSnapshot picks the storage snapshot for anchor snapshot a through
@@ -254,9 +265,13 @@ func (tx *Tx) Commit(ctx context.Context) (err error) {
 		if tx.memUsed {
 			tag = readTag(tagReadMemory, tx.anchor, c2)
 		}
+		if err := tx.streamAdd(0, c2); err != nil {
+			return err
+		}
 		if err := tx.disk.PostCommit(tag); err != nil {
 			return &UnacknowledgedError{Err: err}
 		}
+		tx.streamed()
 		return tx.s.ack(ctx, readMem, max(c2, readDisk), readMem, readDisk)
 	default:
 		if tx.disk != nil {
@@ -280,9 +295,15 @@ func (tx *Tx) Commit(ctx context.Context) (err error) {
 		if memW && tx.disk != nil {
 			tag = readTag(tagReadStorage, tx.storage, c1)
 		}
+		if memW {
+			if err := tx.streamAdd(c1, 0); err != nil {
+				return err
+			}
+		}
 		if err := tx.mem.PostCommit(tag); err != nil {
 			return &UnacknowledgedError{Err: err}
 		}
+		tx.streamed()
 		return tx.s.ack(ctx, max(c1, readMem), readDisk, readMem, readDisk)
 	}
 }
@@ -317,6 +338,10 @@ func (tx *Tx) commitCross(ctx context.Context) error {
 			return fmt.Errorf("skeena: commit %d→%d: %w (%v)", c1, c2, engine.ErrCommitCheck, err)
 		}
 	}
+	if err := tx.streamAdd(c1, c2); err != nil {
+		abort()
+		return err
+	}
 	// In flight from before either half is visible until both are durable.
 	tx.s.cross.add(tx)
 	tag := crossTag(c1, c2)
@@ -334,6 +359,7 @@ func (tx *Tx) commitCross(ctx context.Context) error {
 	if err := tx.mem.PostCommit(tag); err != nil {
 		return &UnacknowledgedError{Err: fmt.Errorf("cross-engine commit %d→%d: %w", c1, c2, err)}
 	}
+	tx.streamed()
 	errMem := tx.s.mem.WaitDurable(ctx, max(c1, tx.anchor))
 	errDisk := tx.s.disk.WaitDurable(ctx, max(c2, tx.storage))
 	if errMem != nil || errDisk != nil {
