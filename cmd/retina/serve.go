@@ -55,6 +55,10 @@ exactly where it stopped.`,
 			host, port, _ := net.SplitHostPort(srv.SQLAddr())
 			fmt.Fprintf(cmd.OutOrStdout(), "retina serving: SQL on %s (psql -h %s -p %s), metrics on http://%s/metrics\n",
 				srv.SQLAddr(), host, port, srv.HTTPAddr())
+			if a := srv.MySQLAddr(); a != "" {
+				mh, mp, _ := net.SplitHostPort(a)
+				fmt.Fprintf(cmd.OutOrStdout(), "retina serving: OLTP writes over MySQL protocol on %s (mysql -h %s -P %s -u root), replicated into Retina's tables\n", a, mh, mp)
+			}
 			return srv.Run(cmd.Context())
 		},
 	}
@@ -70,6 +74,10 @@ exactly where it stopped.`,
 	f.StringVar(&c.SQLTLSKey, "sql-tls-key", "", "PEM private key of --sql-tls-cert")
 	f.BoolVar(&c.SQLTLSRequired, "sql-tls-required", false, "refuse SQL clients that do not use TLS")
 	f.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP endpoint for /metrics and /healthz")
+	f.StringVar(&c.MySQLAddr, "mysql-addr", "", "run the OLTP store in this process with a MySQL-protocol endpoint here (host:port); its tables replicate into Retina")
+	f.StringVar(&c.OLTPData, "oltp-data", "", "the OLTP store's data directory (default <data>/oltp)")
+	f.StringSliceVar(&c.OLTPMemoryTables, "memory-tables", nil, "OLTP tables placed in the memory engine when CREATE TABLE names no engine (comma-separated)")
+	f.StringVar(&c.MySQLUsers, "mysql-users", "", "users file for the MySQL endpoint (vitess static JSON; default root without password)")
 	f.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
 	f.StringVar(&c.IndexBackend, "index", c.IndexBackend, "index backend: memory or pebble")
 	f.IntVar(&c.Replayers, "replayers", c.Replayers, "replayers in this process (fixed for a data directory)")
@@ -111,6 +119,8 @@ func applyChangedFlags(fs *pflag.FlagSet, cfg *server.Config, from server.Config
 		"data": func() { cfg.DataDir = from.DataDir }, "lake": func() { cfg.Lake = from.Lake },
 		"source": func() { cfg.Sources = from.Sources }, "source-eof": func() { cfg.SourceEOF = from.SourceEOF },
 		"sql-addr": func() { cfg.SQLAddr = from.SQLAddr }, "http-addr": func() { cfg.HTTPAddr = from.HTTPAddr },
+		"mysql-addr": func() { cfg.MySQLAddr = from.MySQLAddr }, "oltp-data": func() { cfg.OLTPData = from.OLTPData },
+		"memory-tables": func() { cfg.OLTPMemoryTables = from.OLTPMemoryTables }, "mysql-users": func() { cfg.MySQLUsers = from.MySQLUsers },
 		"sql-tls-cert": func() { cfg.SQLTLSCert = from.SQLTLSCert }, "sql-tls-key": func() { cfg.SQLTLSKey = from.SQLTLSKey },
 		"sql-tls-required": func() { cfg.SQLTLSRequired = from.SQLTLSRequired },
 		"log-format":       func() { cfg.LogFormat = from.LogFormat }, "index": func() { cfg.IndexBackend = from.IndexBackend },

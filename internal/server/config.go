@@ -35,12 +35,24 @@ type Config struct {
 	SQLTLSKey      string `yaml:"sql_tls_key"`
 	SQLTLSRequired bool   `yaml:"sql_tls_required"`
 	HTTPAddr       string `yaml:"http_addr"`
-	LogFormat      string `yaml:"log_format"` // text (default) or json
-	IndexBackend   string `yaml:"index"`      // memory (default) or pebble
-	Replayers      int    `yaml:"replayers"`
-	Buckets        int    `yaml:"buckets"`
-	BadInput       string `yaml:"bad_input"`   // fail (default) or dead-letter
-	DeadLetter     string `yaml:"dead_letter"` // file for dead-lettered messages and transactions
+	// MySQLAddr, when set, runs the OLTP store (Skeena) in this process
+	// with a MySQL-protocol endpoint there; its commits replicate into
+	// Retina's tables of the same names (HTAP).
+	MySQLAddr string `yaml:"mysql_addr"`
+	// OLTPData is the store's data directory (default: oltp under data).
+	OLTPData string `yaml:"oltp_data"`
+	// OLTPMemoryTables go to the store's memory engine when their CREATE
+	// TABLE names no engine.
+	OLTPMemoryTables []string `yaml:"oltp_memory_tables"`
+	// MySQLUsers is a users file for the MySQL endpoint (default: root
+	// without a password).
+	MySQLUsers   string `yaml:"mysql_users"`
+	LogFormat    string `yaml:"log_format"` // text (default) or json
+	IndexBackend string `yaml:"index"`      // memory (default) or pebble
+	Replayers    int    `yaml:"replayers"`
+	Buckets      int    `yaml:"buckets"`
+	BadInput     string `yaml:"bad_input"`   // fail (default) or dead-letter
+	DeadLetter   string `yaml:"dead_letter"` // file for dead-lettered messages and transactions
 	// DecimalHandling is how messages without a Connect schema encode
 	// DECIMAL columns: precise (default), string or double, as Debezium's
 	// decimal.handling.mode.
@@ -133,7 +145,7 @@ func (c *Config) LoadFile(path string) error {
 func (c *Config) ApplyEnv(getenv func(string) string) error {
 	str := map[string]*string{
 		"RETINA_DATA": &c.DataDir, "RETINA_LAKE": &c.Lake, "RETINA_SOURCE_EOF": &c.SourceEOF,
-		"RETINA_SQL_ADDR": &c.SQLAddr, "RETINA_HTTP_ADDR": &c.HTTPAddr, "RETINA_LOG_FORMAT": &c.LogFormat,
+		"RETINA_SQL_ADDR": &c.SQLAddr, "RETINA_MYSQL_ADDR": &c.MySQLAddr, "RETINA_OLTP_DATA": &c.OLTPData, "RETINA_HTTP_ADDR": &c.HTTPAddr, "RETINA_LOG_FORMAT": &c.LogFormat,
 		"RETINA_INDEX": &c.IndexBackend, "RETINA_BAD_INPUT": &c.BadInput, "RETINA_DEAD_LETTER": &c.DeadLetter,
 		"RETINA_DECIMAL_HANDLING": &c.DecimalHandling, "RETINA_SQL_TLS_CERT": &c.SQLTLSCert, "RETINA_SQL_TLS_KEY": &c.SQLTLSKey,
 	}

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +20,8 @@ import (
 	"github.com/retinadb/retina/internal/checkpoint"
 	"github.com/retinadb/retina/internal/failpoint"
 	"github.com/retinadb/retina/internal/mirror"
+	"github.com/retinadb/retina/internal/oltp/htap"
+	"github.com/retinadb/retina/internal/oltp/oltpserver"
 	"github.com/retinadb/retina/internal/pgwire"
 	"github.com/retinadb/retina/internal/query"
 	"github.com/retinadb/retina/internal/sink"
@@ -32,7 +36,8 @@ type Server struct {
 	pg      *pgwire.Server
 	httpL   net.Listener
 	sources []*source
-	sink    *sink.Sink // nil without sources
+	sink    *sink.Sink         // nil without sources
+	oltp    *oltpserver.Server // nil without an OLTP endpoint
 
 	started time.Time
 
@@ -99,7 +104,11 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 			return nil, fmt.Errorf("server: declare table %s: %w", t.Name, err)
 		}
 	}
-	if err := node.CheckSources(cfg.Sources); err != nil {
+	uris := slices.Clone(cfg.Sources)
+	if cfg.MySQLAddr != "" {
+		uris = append(uris, htap.Name)
+	}
+	if err := node.CheckSources(uris); err != nil {
 		return nil, err
 	}
 	var starts []mirror.Checkpoint
@@ -109,6 +118,18 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 			return nil, err
 		}
 		src, err := s.openSource(ctx, uri, start, opts.Stdin)
+		if err != nil {
+			return nil, err
+		}
+		s.sources = append(s.sources, src)
+		starts = append(starts, start)
+	}
+	if cfg.MySQLAddr != "" {
+		start, err := node.Resume(len(s.sources), htap.Name)
+		if err != nil {
+			return nil, err
+		}
+		src, err := s.startOLTP(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -232,6 +253,35 @@ func (s *Server) openSource(ctx context.Context, uri string, start mirror.Checkp
 		return nil, err
 	}
 	return src, nil
+}
+
+// startOLTP runs the OLTP store and its MySQL endpoint in this process and
+// returns its commit stream as a source.
+func (s *Server) startOLTP(ctx context.Context) (*source, error) {
+	dir := s.cfg.OLTPData
+	if dir == "" {
+		dir = filepath.Join(s.cfg.DataDir, "oltp")
+	}
+	o, err := oltpserver.Start(ctx, oltpserver.Config{Dir: dir, MySQLAddr: s.cfg.MySQLAddr, MemoryTables: s.cfg.OLTPMemoryTables,
+		UsersFile: s.cfg.MySQLUsers, Logger: s.log, Stream: true})
+	if err != nil {
+		return nil, err
+	}
+	src, err := htap.Open(o.Store(), o.Catalog(), s.Node.Catalog, s.log)
+	if err != nil {
+		o.Close()
+		return nil, err
+	}
+	s.oltp = o
+	return &source{uri: htap.Name, src: src}, nil
+}
+
+// MySQLAddr is the bound MySQL endpoint ("" without one).
+func (s *Server) MySQLAddr() string {
+	if s.oltp == nil {
+		return ""
+	}
+	return s.oltp.MySQLAddr()
 }
 
 // sinkTick is how often the sink ticks (reads LWM, decides GC and
@@ -389,6 +439,9 @@ func (s *Server) shutdown(ingestErr error) error {
 	for _, src := range s.sources {
 		errs = append(errs, src.src.Close())
 	}
+	if s.oltp != nil {
+		errs = append(errs, s.oltp.Close())
+	}
 	errs = append(errs, s.Node.Close(ctx))
 	if err := errors.Join(errs...); err != nil {
 		s.log.Error("shutdown incomplete", "err", err)
@@ -401,6 +454,9 @@ func (s *Server) shutdown(ingestErr error) error {
 func (s *Server) closeAll() {
 	for _, src := range s.sources {
 		src.src.Close()
+	}
+	if s.oltp != nil {
+		s.oltp.Close()
 	}
 	if s.pg != nil {
 		s.pg.Close()

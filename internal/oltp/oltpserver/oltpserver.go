@@ -25,11 +25,15 @@ type Config struct {
 	MemoryTables []string
 	UsersFile    string // optional; see mysqlwire.Config
 	Logger       *slog.Logger
+	// Stream turns on the store's commit stream (Store().Commits), for
+	// replication into Retina; its consumer must keep reading.
+	Stream bool
 }
 
 // Server is the running service.
 type Server struct {
 	store *skeena.Store
+	cat   *sqlstore.Catalog
 	wire  *mysqlwire.Server
 	log   *slog.Logger
 	done  chan struct{}
@@ -43,7 +47,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	store, err := skeena.Open(ctx, skeena.Options{Dir: cfg.Dir, Tables: sqlstore.PhysicalTables(), Logger: cfg.Logger})
+	store, err := skeena.Open(ctx, skeena.Options{Dir: cfg.Dir, Tables: sqlstore.PhysicalTables(), Logger: cfg.Logger, Stream: cfg.Stream})
 	if err != nil {
 		return nil, fmt.Errorf("oltp: open the store in %s: %w", cfg.Dir, err)
 	}
@@ -68,10 +72,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		store.Close()
 		return nil, err
 	}
-	s := &Server{store: store, wire: wire, log: cfg.Logger, done: make(chan struct{})}
+	s := &Server{store: store, cat: cat, wire: wire, log: cfg.Logger, done: make(chan struct{})}
 	go func() { defer close(s.done); wire.Serve() }()
 	return s, nil
 }
+
+// Store and Catalog are the running store and its SQL catalog.
+func (s *Server) Store() *skeena.Store       { return s.store }
+func (s *Server) Catalog() *sqlstore.Catalog { return s.cat }
 
 // MySQLAddr is the bound MySQL endpoint.
 func (s *Server) MySQLAddr() string { return s.wire.Addr().String() }

@@ -155,3 +155,7 @@ func (tx *Tx) Snapshots(ctx context.Context) (anchor, storage uint64, err error)
 	tx.memUsed = true
 	return tx.anchor, tx.storage, nil
 }
+
+// Streaming reports whether the store has a commit stream, so that the
+// transaction should attach what it changes.
+func (tx *Tx) Streaming() bool { return tx.s.stream != nil }

@@ -115,6 +115,9 @@ func OpenCatalog(ctx context.Context, store *skeena.Store) (*Catalog, error) {
 	return c, nil
 }
 
+// Epoch numbers this opening of the catalog: it grows with every open.
+func (c *Catalog) Epoch() uint64 { return c.epoch }
+
 func (c *Catalog) counters() []byte {
 	v := binary.BigEndian.AppendUint32(nil, c.nextID)
 	return binary.BigEndian.AppendUint64(v, c.epoch)
@@ -198,6 +201,9 @@ func (c *Catalog) Create(ctx context.Context, def Table, ifNotExists bool) error
 		if err := tx.Put(ctx, EngineStorage, countersKey(), binary.BigEndian.AppendUint64(v, c.epoch)); err != nil {
 			return err
 		}
+		if tx.Streaming() {
+			tx.Attach(&ChangeSet{Created: []*Table{&def}})
+		}
 		return tx.Commit(ctx)
 	})
 	if err != nil {
@@ -240,6 +246,9 @@ func (c *Catalog) Drop(ctx context.Context, name string, ifExists bool) error {
 			if err := tx.Delete(ctx, t.physical(), k); err != nil {
 				return err
 			}
+		}
+		if tx.Streaming() {
+			tx.Attach(&ChangeSet{Dropped: []*Table{t}})
 		}
 		return tx.Commit(ctx)
 	})

@@ -91,6 +91,7 @@ func (r Rows) Insert(ctx context.Context, t *Table, vals []any) error {
 			return err
 		}
 	}
+	changes(r.Tx).record(t, key, pk, false, vals)
 	return nil
 }
 
@@ -135,6 +136,7 @@ func (r Rows) Delete(ctx context.Context, t *Table, row Row) error {
 			return err
 		}
 	}
+	changes(r.Tx).record(t, key, row.PK, true, nil)
 	return nil
 }
 
@@ -202,6 +204,12 @@ func (r Rows) Update(ctx context.Context, t *Table, row Row, vals []any) error {
 		if err := r.putEntry(ctx, t, ix, vals, newPK); err != nil {
 			return err
 		}
+	}
+	if cs := changes(r.Tx); cs != nil {
+		if moved {
+			cs.record(t, oldKey, row.PK, true, nil)
+		}
+		cs.record(t, newKey, newPK, !moved, vals)
 	}
 	return nil
 }
