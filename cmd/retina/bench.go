@@ -44,6 +44,8 @@ func newBenchCommand() *cobra.Command {
 			bench.DefaultCrashConfig(), crashFlags, bench.Crash),
 		benchSubcommand("skeena", "Skeena two-engine store: the cross-engine layer's overhead on memory-only and storage-only transactions, mixes of accesses across the engines (throughput, aborts, latency)",
 			bench.DefaultSkeenaConfig(), skeenaFlags, bench.Skeena),
+		benchSubcommand("tpcc", "TPC-C with go-tpc against the OLTP store under each table placement: tpmC and aborts; with HTAP, Retina's freshness and the share of its snapshots that keep TPC-C's consistency conditions",
+			bench.DefaultTPCCConfig(), tpccFlags, bench.TPCC),
 	)
 	return cmd
 }
@@ -227,4 +229,16 @@ func skeenaFlags(f *pflag.FlagSet, cfg *bench.SkeenaConfig) {
 	f.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "slices, engine alone and store side by side, for the overhead ratios")
 	f.IntSliceVar(&cfg.Mixes, "mixes", cfg.Mixes, "storage share of accesses (%) for the mix figures")
 	f.StringVar(&cfg.Dir, "dir", cfg.Dir, "where to make the data directory (default: a tmpfs if there is one, as the paper does to expose the layer's overhead; a disk path measures the device too)")
+}
+
+func tpccFlags(f *pflag.FlagSet, cfg *bench.TPCCConfig) {
+	f.IntVar(&cfg.Warehouses, "warehouses", cfg.Warehouses, "TPC-C warehouses")
+	f.IntVar(&cfg.Threads, "threads", cfg.Threads, "go-tpc threads (terminals)")
+	f.DurationVar(&cfg.Duration, "time", cfg.Duration, "length of each placement's tpcc run")
+	f.StringSliceVar(&cfg.Placements, "placements", cfg.Placements, "placements to run: all-memory, all-storage, new-order-opt, payment-opt")
+	f.BoolVar(&cfg.HTAP, "htap", cfg.HTAP, "run the store inside retina serve, replicating into Retina, and sample Retina's snapshots")
+	f.DurationVar(&cfg.SampleEvery, "sample-every", cfg.SampleEvery, "how often a Retina snapshot is checked (with --htap)")
+	f.BoolVar(&cfg.Check, "check", cfg.Check, "run go-tpc check --check-all after prepare and check after the run (minutes each)")
+	f.StringVar(&cfg.GoTPC, "go-tpc", cfg.GoTPC, "go-tpc binary (default: on PATH, else go install github.com/pingcap/go-tpc/cmd/go-tpc@"+bench.GoTPCVersion+")")
+	f.StringVar(&cfg.Dir, "dir", cfg.Dir, "where to make the data directories (default: the system temp directory)")
 }
