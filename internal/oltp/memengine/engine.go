@@ -161,6 +161,10 @@ func (e *Engine) WaitVisible(ctx context.Context, ts uint64) error {
 	return e.clock.WaitVisible(ctx, ts)
 }
 
+// OldestReader is the oldest snapshot a running transaction reads at, or
+// the latest snapshot when none runs.
+func (e *Engine) OldestReader() uint64 { return e.readers.Oldest(e.clock.Visible()) }
+
 // DurableTS implements engine.Engine.
 func (e *Engine) DurableTS() uint64 { return e.clock.Durable() }
 

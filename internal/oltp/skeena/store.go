@@ -101,6 +101,12 @@ type Store struct {
 
 	cross crossRegistry
 
+	// pin holds the storage engine's version GC at the oldest storage
+	// snapshot a running transaction that has not touched storage yet may
+	// select (maintain's goroutine only).
+	pin   engine.Tx
+	pinAt uint64
+
 	stream     *commitStream // nil unless Options.Stream
 	streamDone chan struct{}
 
@@ -215,6 +221,11 @@ func (s *Store) engineOf(table string) (Placement, error) {
 // also lets its version GC go that far).
 func (s *Store) maintain() {
 	defer close(s.done)
+	defer func() {
+		if s.pin != nil {
+			s.pin.Abort()
+		}
+	}()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	lastCkpt := time.Now()
@@ -225,6 +236,7 @@ func (s *Store) maintain() {
 		case <-tick.C:
 		}
 		s.recycle()
+		s.pinStorage()
 		memSafe, diskSafe := s.safePoints()
 		// Each forget is a range deletion in Pebble: once a second.
 		if n%10 == 0 {
@@ -240,6 +252,33 @@ func (s *Store) maintain() {
 			}
 			cancel()
 		}
+	}
+}
+
+// pinStorage moves the pin. A transaction selects its storage snapshot
+// when it first touches storage, at min(latest, Upper(anchor)), which for
+// every anchor at or above the oldest running one is at least
+// min(latest now, Upper(oldest)): versions there must outlive the version
+// GC however long the transaction worked in memory first.
+func (s *Store) pinStorage() {
+	if s.noCSR {
+		return
+	}
+	oldest := s.mem.OldestReader()
+	s.csrMu.Lock()
+	b, err := s.reg.Bounds(oldest)
+	s.csrMu.Unlock()
+	if err != nil {
+		return // its registry part is recycled: such a transaction cannot select anyway
+	}
+	at := min(b.Upper, s.disk.LatestSnapshot())
+	if s.pin != nil && at == s.pinAt {
+		return
+	}
+	old := s.pin
+	s.pin, s.pinAt = s.disk.Begin(at, engine.SnapshotIsolation), at
+	if old != nil {
+		old.Abort()
 	}
 }
 

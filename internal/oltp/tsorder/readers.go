@@ -87,3 +87,18 @@ func (r *Readers) Advance(visible uint64) uint64 {
 	r.pending = visible
 	return r.bound.Load()
 }
+
+// Oldest is the oldest snapshot registered now, or none when no reader is
+// registered.
+func (r *Readers) Oldest(none uint64) uint64 {
+	oldest := none
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.Lock()
+		for s := range sh.m {
+			oldest = min(oldest, s)
+		}
+		sh.mu.Unlock()
+	}
+	return oldest
+}
