@@ -26,9 +26,16 @@ type child struct {
 	exited  chan struct{} // closed once the process is reaped
 	exitErr error         // how it ended, set before exited closes
 	serving chan struct{}
+	// mysqlAddr is the OLTP endpoint of a child started with --mysql-addr,
+	// set before mysql closes.
+	mysqlAddr string
+	mysql     chan struct{}
 }
 
-var servingLine = regexp.MustCompile(`retina serving: SQL on (\S+) .*metrics on (http://\S+)/metrics`)
+var (
+	servingLine = regexp.MustCompile(`retina serving: SQL on (\S+) .*metrics on (http://\S+)/metrics`)
+	mysqlLine   = regexp.MustCompile(`retina serving: OLTP writes over MySQL protocol on (\S+) `)
+)
 
 // startChild runs the retina command with args; its stderr goes to log.
 func startChild(command []string, env []string, args []string, log io.Writer) (*child, error) {
@@ -39,7 +46,7 @@ func startChild(command []string, env []string, args []string, log io.Writer) (*
 	if err != nil {
 		return nil, err
 	}
-	c := &child{cmd: cmd, exited: make(chan struct{}), serving: make(chan struct{})}
+	c := &child{cmd: cmd, exited: make(chan struct{}), serving: make(chan struct{}), mysql: make(chan struct{})}
 	c.started = time.Now()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", command[0], err)
@@ -50,6 +57,10 @@ func startChild(command []string, env []string, args []string, log io.Writer) (*
 			if m := servingLine.FindStringSubmatch(sc.Text()); m != nil && c.sqlAddr == "" {
 				c.sqlAddr, c.httpURL = m[1], m[2]
 				close(c.serving)
+			}
+			if m := mysqlLine.FindStringSubmatch(sc.Text()); m != nil && c.mysqlAddr == "" {
+				c.mysqlAddr = m[1]
+				close(c.mysql)
 			}
 		}
 		c.exitErr = cmd.Wait()
@@ -67,6 +78,18 @@ func (c *child) waitServing(timeout time.Duration) error {
 		return fmt.Errorf("exited before serving: %v", c.exitErr)
 	case <-time.After(timeout):
 		return fmt.Errorf("not serving after %s", timeout)
+	}
+}
+
+// waitMySQL waits until the child serves its MySQL endpoint.
+func (c *child) waitMySQL(timeout time.Duration) error {
+	select {
+	case <-c.mysql:
+		return nil
+	case <-c.exited:
+		return fmt.Errorf("exited before serving MySQL: %v", c.exitErr)
+	case <-time.After(timeout):
+		return fmt.Errorf("not serving MySQL after %s", timeout)
 	}
 }
 

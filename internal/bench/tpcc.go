@@ -49,6 +49,11 @@ type TPCCConfig struct {
 	// with `go install` into the user cache directory.
 	GoTPC string
 	Dir   string // where data directories are made (default: temp)
+	// KillPlacement, when set, ends the run with a kill -9 of `retina
+	// serve --mysql-addr` (a child process) halfway through a TPC-C run
+	// under that placement; then go-tpc check (with Check) and Retina
+	// against the store after the restart.
+	KillPlacement string
 }
 
 // DefaultTPCCConfig runs the four placements for a minute each.
@@ -90,7 +95,10 @@ func TPCC(ctx context.Context, r *Report, cfg TPCCConfig) error {
 	if cfg.Warehouses < 1 || cfg.Threads < 1 || cfg.Duration <= 0 || len(cfg.Placements) == 0 {
 		return errors.New("bench tpcc: warehouses, threads, duration and placements must be given")
 	}
-	for _, p := range cfg.Placements {
+	for _, p := range append(slices.Clone(cfg.Placements), cfg.KillPlacement) {
+		if p == "" {
+			continue
+		}
 		if _, ok := tpccPlacements[p]; !ok {
 			return fmt.Errorf("bench tpcc: placement %q: want all-memory, all-storage, new-order-opt or payment-opt", p)
 		}
@@ -146,6 +154,12 @@ func TPCC(ctx context.Context, r *Report, cfg TPCCConfig) error {
 		r.Set("freshness_p99_ms_max", slices.Max(all))
 		if samples > 0 {
 			r.Set("snapshots_consistent_share", round(float64(good)/float64(samples), 4))
+		}
+	}
+	if cfg.KillPlacement != "" {
+		r.Set("kill_placement", cfg.KillPlacement)
+		if err := tpccKill(ctx, r, cfg, bin, cfg.KillPlacement); err != nil {
+			return fmt.Errorf("bench tpcc: kill: %w", err)
 		}
 	}
 	return nil
