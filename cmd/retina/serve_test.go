@@ -42,11 +42,16 @@ type served struct {
 	cmd     *exec.Cmd
 	sqlAddr string
 	httpURL string
-	out     *bytes.Buffer // stdout and stderr after the address line
-	exited  chan error
+	// mysqlAddr is the OLTP endpoint when started with --mysql-addr.
+	mysqlAddr string
+	out       *bytes.Buffer // stdout and stderr after the address line
+	exited    chan error
 }
 
-var servingLine = regexp.MustCompile(`retina serving: SQL on (\S+) .*metrics on (http://\S+)/metrics`)
+var (
+	servingLine = regexp.MustCompile(`retina serving: SQL on (\S+) .*metrics on (http://\S+)/metrics`)
+	mysqlLine   = regexp.MustCompile(`retina serving: OLTP writes over MySQL protocol on (\S+) `)
+)
 
 func startServe(t *testing.T, args ...string) *served {
 	t.Helper()
@@ -71,7 +76,8 @@ func startServe(t *testing.T, args ...string) *served {
 		close(lines)
 	}()
 	timeout := time.After(60 * time.Second)
-	for s.sqlAddr == "" {
+	wantMySQL := slices.Contains(args, "--mysql-addr")
+	for s.sqlAddr == "" || wantMySQL && s.mysqlAddr == "" {
 		select {
 		case l, ok := <-lines:
 			if !ok {
@@ -80,6 +86,9 @@ func startServe(t *testing.T, args ...string) *served {
 			}
 			if m := servingLine.FindStringSubmatch(l); m != nil {
 				s.sqlAddr, s.httpURL = m[1], m[2]
+			}
+			if m := mysqlLine.FindStringSubmatch(l); m != nil {
+				s.mysqlAddr = m[1]
 			}
 		case <-timeout:
 			cmd.Process.Kill()
