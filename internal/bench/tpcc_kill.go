@@ -77,8 +77,9 @@ func tpccKill(ctx context.Context, r *Report, cfg TPCCConfig, bin, placement str
 	if err != nil {
 		return err
 	}
+	// c is replaced by the restarted child; stop whichever is current.
 	defer func() {
-		if c.alive() {
+		if c != nil && c.alive() {
 			c.stop(time.Minute)
 		}
 	}()
@@ -100,15 +101,25 @@ func tpccKill(ctx context.Context, r *Report, cfg TPCCConfig, bin, placement str
 	select {
 	case <-time.After(cfg.Duration / 2):
 	case <-ctx.Done():
+		stopRun()
+		run.Wait()
+		return ctx.Err()
+	}
+	if !c.alive() {
+		// The server died on its own: that is a failure, not our kill.
+		stopRun()
+		run.Wait()
+		return fmt.Errorf("retina serve exited during go-tpc run before the kill: %v\n%s", c.exitErr, logTail(logPath))
 	}
 	c.kill()
 	stopRun()
 	run.Wait()
 	r.Printf("kill (%s): killed retina serve with SIGKILL %s into go-tpc run", placement, cfg.Duration/2)
-	var restart time.Duration
-	if c, restart, err = start(); err != nil {
+	restarted, restart, err := start()
+	if err != nil {
 		return fmt.Errorf("restart after kill: %w", err)
 	}
+	c = restarted
 	r.Set("kill_restart_s", round(restart.Seconds(), 1))
 	t0 := time.Now()
 	if cfg.Check {
