@@ -9,12 +9,15 @@ import (
 // per snapshot and keeps a horizon below which new readers are refused.
 //
 // Each GC pass (Advance) first publishes, as the horizon, the visible mark
-// it was given on the previous pass, then reads the registered snapshots:
-// a reader registering concurrently either sees the new horizon or is seen
-// by the read. The bound, below which no reader can ever look, is the
-// smaller of the horizon and the oldest registered snapshot. Because the
-// horizon lags one pass behind the watermark, a reader that registers
-// within one pass of choosing its snapshot is never refused.
+// it was given on the previous pass, held at or below the oldest
+// registered snapshot, then reads the registered snapshots again: a reader
+// registering concurrently either sees the new horizon or is seen by the
+// read. The bound, below which no reader can ever look, is the smaller of
+// the horizon and the oldest registered snapshot. Because the horizon lags
+// one pass behind the watermark, a reader that registers within one pass
+// of choosing its snapshot is never refused; because it never passes a
+// registered reader, a reader at or above a running one (or a pin, which
+// is a reader that reads nothing) is never refused either.
 type Readers struct {
 	next    atomic.Uint32
 	shards  [16]readerShard
@@ -69,18 +72,10 @@ func (r *Readers) Bound() uint64 { return r.bound.Load() }
 // Advance is one GC pass given the current visible mark; it returns the
 // new bound. Calls must not overlap.
 func (r *Readers) Advance(visible uint64) uint64 {
-	if r.pending > r.horizon.Load() {
-		r.horizon.Store(r.pending)
+	if h := r.Oldest(r.pending); h > r.horizon.Load() {
+		r.horizon.Store(h)
 	}
-	b := r.horizon.Load()
-	for i := range r.shards {
-		sh := &r.shards[i]
-		sh.mu.Lock()
-		for s := range sh.m {
-			b = min(b, s)
-		}
-		sh.mu.Unlock()
-	}
+	b := r.Oldest(r.horizon.Load())
 	if b > r.bound.Load() {
 		r.bound.Store(b)
 	}

@@ -81,11 +81,28 @@ func TestReadersBound(t *testing.T) {
 	if b := r.Advance(20); b != 5 {
 		t.Fatalf("bound %d with a reader at 5, want 5", b)
 	}
-	if _, ok := r.Register(9); ok {
-		t.Fatal("a reader below the horizon 10 was admitted")
+	// The horizon is held at the reader at 5, though the mark passed it.
+	if h := r.Horizon(); h != 5 {
+		t.Fatalf("horizon %d with a reader at 5, want 5", h)
+	}
+	above, ok := r.Register(9)
+	if !ok {
+		t.Fatal("a reader at 9 was refused though the horizon is held at 5")
+	}
+	below, ok := r.Register(4)
+	if ok {
+		t.Fatal("a reader below the horizon 5 was admitted")
 	}
 	r.Release(old)
-	if b := r.Advance(30); b != 9 {
-		t.Fatalf("bound %d, want 9: the refused reader at 9 stays registered until released", b)
+	if b := r.Advance(30); b != 5 {
+		t.Fatalf("bound %d, want 5: the refused reader at 4 holds the horizon but the bound never goes back", b)
+	}
+	r.Release(below)
+	if b := r.Advance(40); b != 9 {
+		t.Fatalf("bound %d, want 9: the reader at 9 holds it", b)
+	}
+	r.Release(above)
+	if b := r.Advance(50); b != 40 {
+		t.Fatalf("bound %d with no reader, want the previous pass's mark 40", b)
 	}
 }
