@@ -77,7 +77,8 @@ type Options struct {
 	// the anomalies the registry prevents.
 	DisableCSR bool
 	// Stream turns the commit stream on (Store.Commits). Its consumer must
-	// keep reading: commits it has not taken are held in memory.
+	// keep reading, or call StopStream: commits it has not taken are held
+	// in memory.
 	Stream bool
 
 	// betweenPostCommits runs after a cross-engine commit's storage half is

@@ -19,23 +19,52 @@ import (
 
 // commitStream is the store's side of the stream.
 type commitStream struct {
-	mu     sync.Mutex
-	merger streamorder.Merger
-	wake   chan struct{}
-	out    chan streamorder.Commit
-	err    error // why the stream stopped
+	mu      sync.Mutex
+	merger  streamorder.Merger
+	stopped bool // by StopStream: commits are no longer held
+	wake    chan struct{}
+	quit    chan struct{} // closed by StopStream
+	out     chan streamorder.Commit
+	err     error // why the stream stopped
 }
 
 func newCommitStream() *commitStream {
-	return &commitStream{wake: make(chan struct{}, 1), out: make(chan streamorder.Commit, 1024)}
+	return &commitStream{wake: make(chan struct{}, 1), quit: make(chan struct{}), out: make(chan streamorder.Commit, 1024)}
 }
 
-// add registers a committing transaction's timestamps and payload.
+// add registers a committing transaction's timestamps and payload. Once
+// the stream is stopped it holds nothing: a store whose consumer went away
+// must not grow without bound.
 func (cs *commitStream) add(c streamorder.Commit) error {
 	cs.mu.Lock()
-	err := cs.merger.Add(c)
-	cs.mu.Unlock()
-	return err
+	defer cs.mu.Unlock()
+	if cs.stopped {
+		return nil
+	}
+	return cs.merger.Add(c)
+}
+
+// StopStream stops the commit stream for good, for a consumer that will
+// not read it any more: held commits are dropped, later commits are not
+// held, and Commits closes; StreamErr reports why (reason, unless the
+// stream had already failed). The store itself keeps running. A consumer
+// that comes back must copy the store first, as every start does.
+func (s *Store) StopStream(reason error) {
+	cs := s.stream
+	if cs == nil {
+		return
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.stopped {
+		return
+	}
+	cs.stopped = true
+	cs.merger = streamorder.Merger{}
+	if cs.err == nil {
+		cs.err = reason
+	}
+	close(cs.quit)
 }
 
 func (cs *commitStream) poke() {
@@ -63,8 +92,8 @@ func (tx *Tx) streamAdd(c1, c2 uint64) error {
 }
 
 // Commits delivers committed transactions with payloads in global commit
-// order (nil unless Options.Stream). It closes when the store closes or the
-// stream fails (StreamErr says why).
+// order (nil unless Options.Stream). It closes when the store closes, the
+// stream fails or StopStream stops it (StreamErr says why).
 func (s *Store) Commits() <-chan streamorder.Commit {
 	if s.stream == nil {
 		return nil
@@ -100,12 +129,16 @@ func (s *Store) runStream() {
 			select {
 			case <-s.stop:
 				return
+			case <-cs.quit:
+				return
 			case <-cs.wake:
 			case <-poll.C:
 			}
 		} else {
 			select {
 			case <-s.stop:
+				return
+			case <-cs.quit:
 				return
 			case <-cs.wake:
 			}
@@ -123,6 +156,8 @@ func (s *Store) runStream() {
 			select {
 			case cs.out <- c:
 			case <-s.stop:
+				return
+			case <-cs.quit:
 				return
 			}
 		}

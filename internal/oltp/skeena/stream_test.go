@@ -119,3 +119,40 @@ func TestCommitStreamPrefixesAreConsistent(t *testing.T) {
 		}
 	}
 }
+
+// TestStopStreamHoldsNothing: a consumer that goes away stops the stream;
+// the store keeps committing, holds none of those commits, and Commits
+// closes with the reason.
+func TestStopStreamHoldsNothing(t *testing.T) {
+	s := openStore(t, t.TempDir(), func(o *Options) { o.Stream = true })
+	defer s.Close()
+	commit := func(i int) {
+		tx := s.Begin()
+		mustPut(t, tx, "m", "k"+strconv.Itoa(i), "v")
+		mustPut(t, tx, "d", "k"+strconv.Itoa(i), "v")
+		tx.Attach(i)
+		mustCommit(t, tx)
+	}
+	commit(0)
+	if c := <-s.Commits(); c.Payload != 0 {
+		t.Fatalf("first streamed commit carries %v, want 0", c.Payload)
+	}
+	gone := fmt.Errorf("consumer gone")
+	s.StopStream(gone)
+	for i := 1; i <= 50; i++ {
+		commit(i)
+	}
+	for c := range s.Commits() {
+		t.Fatalf("commit %v delivered after StopStream", c.Payload)
+	}
+	if err := s.StreamErr(); err != gone {
+		t.Fatalf("StreamErr = %v, want the reason given to StopStream", err)
+	}
+	s.stream.mu.Lock()
+	held := s.stream.merger.Pending()
+	s.stream.mu.Unlock()
+	if held != 0 {
+		t.Fatalf("the stopped stream holds %d commits", held)
+	}
+	s.StopStream(nil) // a second stop is harmless
+}
