@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/retinadb/retina/internal/oltp/oltpserver"
 	"github.com/retinadb/retina/internal/server"
 	"github.com/retinadb/retina/internal/server/servertest"
 )
@@ -189,5 +191,48 @@ func TestHTAPReplicatesTheStore(t *testing.T) {
 	if got := textRows(t, r.retina, "SELECT owner FROM accounts WHERE id = 20"); len(got) != 1 || !strings.EqualFold(got[0][0], "bob") {
 		t.Fatalf("moved row: %v", got)
 	}
+	r.close(t)
+}
+
+// TestHTAPEmptiesATableDroppedWhileRetinaWasDown: the store alone (as
+// `retina oltp` on the same data) drops a table Retina holds; the next
+// `retina serve` must empty Retina's copy though it never saw the drop.
+func TestHTAPEmptiesATableDroppedWhileRetinaWasDown(t *testing.T) {
+	dir := t.TempDir()
+	r := startHTAP(t, dir)
+	r.exec(t,
+		"CREATE TABLE notes (id INT PRIMARY KEY, body VARCHAR(40))",
+		"CREATE TABLE kept (id INT PRIMARY KEY)",
+		"INSERT INTO notes VALUES (1, 'a'), (2, 'b')",
+		"INSERT INTO kept VALUES (7)",
+	)
+	r.converge(t, "SELECT count(*) FROM notes", [][]string{{"2"}})
+	r.converge(t, "SELECT count(*) FROM kept", [][]string{{"1"}})
+	r.close(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	o, err := oltpserver.Start(ctx, oltpserver.Config{Dir: filepath.Join(dir, "oltp"), MySQLAddr: "127.0.0.1:0", Logger: servertest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("mysql", fmt.Sprintf("root@tcp(%s)/app?timeout=5s", o.MySQLAddr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("DROP TABLE notes"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	r = startHTAP(t, dir)
+	r.converge(t, "SELECT count(*) FROM notes", [][]string{{"0"}})
+	r.converge(t, "SELECT count(*) FROM kept", [][]string{{"1"}})
+	// Created again, the table replicates again.
+	r.exec(t, "CREATE TABLE notes (id INT PRIMARY KEY, body VARCHAR(40))", "INSERT INTO notes VALUES (3, 'c')")
+	r.converge(t, "SELECT id FROM notes", [][]string{{"3"}})
 	r.close(t)
 }

@@ -276,6 +276,17 @@ func (s *Server) startOLTP(ctx context.Context) (*source, error) {
 	return &source{uri: htap.Name, src: src}, nil
 }
 
+// detachOLTP stops the in-process store's source once ingestion stopped:
+// nothing reads its commit stream any more, which must then hold nothing.
+// The store keeps serving; the next start copies it into Retina again.
+func (s *Server) detachOLTP() {
+	for _, src := range s.sources {
+		if src.uri == htap.Name {
+			src.src.Close()
+		}
+	}
+}
+
 // MySQLAddr is the bound MySQL endpoint ("" without one).
 func (s *Server) MySQLAddr() string {
 	if s.oltp == nil {
@@ -367,6 +378,7 @@ func (s *Server) Run(ctx context.Context) error {
 			default:
 				s.log.Error("ingestion stopped", "err", err)
 				s.fail(err)
+				s.detachOLTP()
 			}
 			ingested <- err
 		}()

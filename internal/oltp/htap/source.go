@@ -9,8 +9,11 @@
 // writes every row the store holds at one cross-engine snapshot. The
 // stream then continues with exactly the commits that snapshot does not
 // include. Whatever a crash lost on either side, Retina equals the store
-// once the copy is applied. The copy reads everything, so a start takes
-// time in proportion to the data.
+// once the copy is applied (a table dropped while Retina was not following
+// is emptied by the copy too: the store keeps a tombstone of its name). The
+// copy reads everything, so a start takes time in proportion to the data.
+// When the source stops, it stops the store's stream, which then holds
+// nothing until the next start.
 //
 // Positions: every start uses a stream of its own, "skeena/E" (E: the SQL
 // catalog's epoch, which grows with every open), offset 1 for the copy and
@@ -19,6 +22,7 @@
 package htap
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -141,8 +145,11 @@ func (s *Source) Stats() Stats {
 func (s *Source) run(ctx context.Context) {
 	defer close(s.done)
 	err := s.follow(ctx)
+	// Nobody reads the store's stream any more: stop it, or it would hold
+	// every later commit in memory. The next start copies again.
+	s.store.StopStream(fmt.Errorf("htap: Retina stopped following the store: %w", cmp.Or(err, io.EOF)))
 	if err != nil && !errors.Is(err, context.Canceled) {
-		s.log.Error("skeena source stopped", "err", err)
+		s.log.Error("skeena source stopped; Retina follows the store again after a restart", "err", err)
 		s.err = err
 	}
 }
@@ -260,7 +267,17 @@ func (s *Source) copy(ctx context.Context) (anchor, storage uint64, err error) {
 	if anchor, storage, err = tx.Snapshots(ctx); err != nil {
 		return 0, 0, fmt.Errorf("skeena source: take the copy's snapshot: %w", err)
 	}
-	tables := s.sql.Tables()
+	// The tables as the snapshot has them, not as the catalog has them now:
+	// DDL committed around the snapshot is either in the copy or on the
+	// stream after it.
+	tables, err := sqlstore.TablesAt(ctx, tx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("skeena source: list the copy's tables: %w", err)
+	}
+	dropped, err := sqlstore.DroppedAt(ctx, tx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("skeena source: %w", err)
+	}
 	id := s.stream + "@copy"
 	pos := cdc.Position{Stream: s.stream, Offset: 1}
 	began := time.Now()
@@ -281,6 +298,15 @@ func (s *Source) copy(ctx context.Context) (anchor, storage uint64, err error) {
 			return 0, 0, err
 		}
 	}
+	// A drop the last run committed but Retina never applied leaves rows
+	// there; the drop's tombstone says to empty them, as the drop would.
+	for _, name := range dropped {
+		if rt, ok := s.retina.Snapshot().Table(name); ok {
+			if err := change(cdc.Record{Table: rt.Name, Op: cdc.OpTruncate}); err != nil {
+				return 0, 0, err
+			}
+		}
+	}
 	rows := sqlstore.Rows{Tx: tx, Cat: s.sql}
 	for _, t := range tables {
 		name := strings.ToLower(t.Name)
@@ -291,6 +317,12 @@ func (s *Source) copy(ctx context.Context) (anchor, storage uint64, err error) {
 		if err != nil {
 			return 0, 0, fmt.Errorf("skeena source: copy table %s: %w", t.Name, err)
 		}
+	}
+	// Committing the read-only transaction waits until everything it read
+	// is durable in both engines: Retina never shows a copy that a crash of
+	// the store could take back.
+	if err := tx.Commit(ctx); err != nil {
+		return 0, 0, fmt.Errorf("skeena source: wait for the copy's snapshot to be durable: %w", err)
 	}
 	if err := s.emit(ctx, cdc.Record{Kind: cdc.End, Pos: pos, TxID: id, EventCount: n, PerTable: per}); err != nil {
 		return 0, 0, err

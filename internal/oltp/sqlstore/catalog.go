@@ -28,9 +28,13 @@ func PhysicalTables() []skeena.Table {
 
 // The catalog lives in the storage engine under table id 0.
 const (
-	catalogDefs     = 0 // 0 | 0 | name → definition
+	catalogDefs     = 0 // 0 | 0 | name → definition (JSON)
 	catalogCounters = 1 // 0 | 1 → next table id (4), epoch (8)
-	firstTableID    = 1
+	// 0 | 2 | name → name: a table of this name was dropped and not created
+	// again. A consumer that copies the store (HTAP) empties its copy of
+	// such a table even if it missed the drop.
+	catalogDropped = 2
+	firstTableID   = 1
 	// Hidden row ids are epoch<<rowidBits | n: every open starts a new
 	// epoch, so ids never repeat without a scan for the largest one.
 	rowidBits = 36
@@ -40,6 +44,11 @@ var stringType = []types.Type{types.Of(types.String)}
 
 func defKey(name string) []byte {
 	k, _ := index.AppendKey(tablePrefix(nil, 0), catalogDefs, stringType, []any{name})
+	return k
+}
+
+func droppedKey(name string) []byte {
+	k, _ := index.AppendKey(tablePrefix(nil, 0), catalogDropped, stringType, []any{name})
 	return k
 }
 
@@ -77,19 +86,12 @@ func OpenCatalog(ctx context.Context, store *skeena.Store) (*Catalog, error) {
 		clear(c.tables)
 		tx := store.Begin()
 		defer tx.Rollback()
-		lo := binary.BigEndian.AppendUint32(tablePrefix(nil, 0), catalogDefs)
-		var scanErr error
-		err := tx.Scan(ctx, EngineStorage, "", lo, KeyEnd(lo), func(key, row []byte) bool {
-			var t Table
-			if err := json.Unmarshal(row, &t); err != nil {
-				scanErr = fmt.Errorf("sql catalog: corrupt definition under key %x: %w", key, err)
-				return false
-			}
-			c.tables[strings.ToLower(t.Name)] = &t
-			return true
-		})
-		if err := errors.Join(err, scanErr); err != nil {
+		tables, err := TablesAt(ctx, tx)
+		if err != nil {
 			return err
+		}
+		for _, t := range tables {
+			c.tables[strings.ToLower(t.Name)] = t
 		}
 		v, ok, err := tx.Get(ctx, EngineStorage, countersKey())
 		if err != nil {
@@ -113,6 +115,43 @@ func OpenCatalog(ctx context.Context, store *skeena.Store) (*Catalog, error) {
 	}
 	c.rowid.Store(c.epoch << rowidBits)
 	return c, nil
+}
+
+// TablesAt lists the tables, by name, as tx's snapshot has them: what a
+// consumer reading rows in tx must cover, though DDL may have moved on.
+func TablesAt(ctx context.Context, tx *skeena.Tx) ([]*Table, error) {
+	lo := binary.BigEndian.AppendUint32(tablePrefix(nil, 0), catalogDefs)
+	var out []*Table
+	var scanErr error
+	err := tx.Scan(ctx, EngineStorage, "", lo, KeyEnd(lo), func(key, row []byte) bool {
+		t := new(Table)
+		if err := json.Unmarshal(row, t); err != nil {
+			scanErr = fmt.Errorf("sql catalog: corrupt definition under key %x: %w", key, err)
+			return false
+		}
+		out = append(out, t)
+		return true
+	})
+	if err := errors.Join(err, scanErr); err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// DroppedAt lists the lower-case names of the tables dropped and not
+// created again, as tx's snapshot has them.
+func DroppedAt(ctx context.Context, tx *skeena.Tx) ([]string, error) {
+	lo := binary.BigEndian.AppendUint32(tablePrefix(nil, 0), catalogDropped)
+	var out []string
+	err := tx.Scan(ctx, EngineStorage, "", lo, KeyEnd(lo), func(_, name []byte) bool {
+		out = append(out, string(name))
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sql catalog: list dropped tables: %w", err)
+	}
+	return out, nil
 }
 
 // Epoch numbers this opening of the catalog: it grows with every open.
@@ -197,6 +236,13 @@ func (c *Catalog) Create(ctx context.Context, def Table, ifNotExists bool) error
 		if err := tx.Put(ctx, EngineStorage, defKey(strings.ToLower(def.Name)), js); err != nil {
 			return err
 		}
+		if _, was, err := tx.Get(ctx, EngineStorage, droppedKey(strings.ToLower(def.Name))); err != nil {
+			return err
+		} else if was {
+			if err := tx.Delete(ctx, EngineStorage, droppedKey(strings.ToLower(def.Name))); err != nil {
+				return err
+			}
+		}
 		v := binary.BigEndian.AppendUint32(nil, next)
 		if err := tx.Put(ctx, EngineStorage, countersKey(), binary.BigEndian.AppendUint64(v, c.epoch)); err != nil {
 			return err
@@ -231,7 +277,11 @@ func (c *Catalog) Drop(ctx context.Context, name string, ifExists bool) error {
 	err = retry(ctx, func() error {
 		tx := c.store.Begin()
 		defer tx.Rollback()
-		if err := tx.Delete(ctx, EngineStorage, defKey(strings.ToLower(t.Name))); err != nil {
+		name := strings.ToLower(t.Name)
+		if err := tx.Delete(ctx, EngineStorage, defKey(name)); err != nil {
+			return err
+		}
+		if err := tx.Put(ctx, EngineStorage, droppedKey(name), []byte(name)); err != nil {
 			return err
 		}
 		prefix := tablePrefix(nil, t.ID)
