@@ -241,5 +241,6 @@ func tpccFlags(f *pflag.FlagSet, cfg *bench.TPCCConfig) {
 	f.BoolVar(&cfg.Check, "check", cfg.Check, "run go-tpc check --check-all after prepare and check after the run (minutes each)")
 	f.StringVar(&cfg.GoTPC, "go-tpc", cfg.GoTPC, "go-tpc binary (default: on PATH, else go install github.com/pingcap/go-tpc/cmd/go-tpc@"+bench.GoTPCVersion+")")
 	f.StringVar(&cfg.Dir, "dir", cfg.Dir, "where to make the data directories (default: the system temp directory)")
+	f.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "run the placements this many times, interleaved, and report each one's median tpmC and abort rate (checks in the first round only)")
 	f.StringVar(&cfg.KillPlacement, "kill", cfg.KillPlacement, "also run retina serve --mysql-addr as a child under this placement, kill -9 it halfway through a TPC-C run, restart it, and check the store (with --check) and Retina against it")
 }

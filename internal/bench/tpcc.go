@@ -54,11 +54,16 @@ type TPCCConfig struct {
 	// under that placement; then go-tpc check (with Check) and Retina
 	// against the store after the restart.
 	KillPlacement string
+	// Rounds runs the placements this many times, interleaved, and reports
+	// each placement's median tpmC and abort rate: on a shared machine one
+	// run of each is within the noise of another (checks run in the first
+	// round only).
+	Rounds int
 }
 
 // DefaultTPCCConfig runs the four placements for a minute each.
 func DefaultTPCCConfig() TPCCConfig {
-	return TPCCConfig{Warehouses: 1, Threads: 4, Duration: time.Minute, HTAP: true, SampleEvery: 500 * time.Millisecond,
+	return TPCCConfig{Warehouses: 1, Threads: 4, Duration: time.Minute, HTAP: true, SampleEvery: 500 * time.Millisecond, Rounds: 1,
 		Placements: []string{"all-storage", "all-memory", "new-order-opt", "payment-opt"}}
 }
 
@@ -92,8 +97,8 @@ var tpccConsistency = []struct{ name, sql string }{
 // reports tpmC and the abort rate; with HTAP, Retina's freshness and the
 // share of its snapshots that keep TPC-C's consistency conditions.
 func TPCC(ctx context.Context, r *Report, cfg TPCCConfig) error {
-	if cfg.Warehouses < 1 || cfg.Threads < 1 || cfg.Duration <= 0 || len(cfg.Placements) == 0 {
-		return errors.New("bench tpcc: warehouses, threads, duration and placements must be given")
+	if cfg.Warehouses < 1 || cfg.Threads < 1 || cfg.Duration <= 0 || len(cfg.Placements) == 0 || cfg.Rounds < 1 {
+		return errors.New("bench tpcc: warehouses, threads, duration, rounds and placements must be given")
 	}
 	for _, p := range append(slices.Clone(cfg.Placements), cfg.KillPlacement) {
 		if p == "" {
@@ -112,16 +117,38 @@ func TPCC(ctx context.Context, r *Report, cfg TPCCConfig) error {
 	r.Set("duration_s", cfg.Duration.Seconds())
 	r.Set("htap", cfg.HTAP)
 	r.Set("go_tpc", GoTPCVersion)
+	r.Set("rounds", cfg.Rounds)
+	rounds := map[string][]tpccResult{}
+	for i := range cfg.Rounds {
+		rc := cfg
+		if i > 0 {
+			rc.Check = false
+		}
+		if cfg.Rounds > 1 {
+			r.Printf("round %d of %d", i+1, cfg.Rounds)
+		}
+		for _, p := range cfg.Placements {
+			out, err := runPlacement(ctx, r, rc, bin, p)
+			if err != nil {
+				return fmt.Errorf("bench tpcc: placement %s: %w", p, err)
+			}
+			rounds[p] = append(rounds[p], out)
+		}
+	}
 	res := map[string]tpccResult{}
 	for _, p := range cfg.Placements {
-		out, err := runPlacement(ctx, r, cfg, bin, p)
-		if err != nil {
-			return fmt.Errorf("bench tpcc: placement %s: %w", p, err)
-		}
+		out := combineRounds(rounds[p])
 		res[p] = out
 		key := strings.ReplaceAll(p, "-", "_")
 		r.Set(key+"_tpmc", round(out.tpmC, 1))
 		r.Set(key+"_abort_pct", round(out.abortPct, 3))
+		if cfg.Rounds > 1 {
+			var each []float64
+			for _, o := range rounds[p] {
+				each = append(each, round(o.tpmC, 1))
+			}
+			r.Set(key+"_tpmc_each_round", each)
+		}
 		if cfg.HTAP {
 			r.Set(key+"_freshness_p50_ms", out.freshP50)
 			r.Set(key+"_freshness_p99_ms", out.freshP99)
@@ -170,6 +197,31 @@ type tpccResult struct {
 	freshP50, freshP99  float64
 	samples, consistent int
 	checked             bool
+}
+
+// combineRounds is a placement's result over its rounds: median tpmC and
+// abort rate, the worst freshness, every sampled snapshot; checked is the
+// first round's.
+func combineRounds(rs []tpccResult) tpccResult {
+	median := func(f func(tpccResult) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		if n := len(v); n%2 == 0 {
+			return (v[n/2-1] + v[n/2]) / 2
+		}
+		return v[len(v)/2]
+	}
+	out := tpccResult{checked: rs[0].checked}
+	out.tpmC = median(func(r tpccResult) float64 { return r.tpmC })
+	out.abortPct = median(func(r tpccResult) float64 { return r.abortPct })
+	for _, r := range rs {
+		out.freshP50, out.freshP99 = max(out.freshP50, r.freshP50), max(out.freshP99, r.freshP99)
+		out.samples, out.consistent = out.samples+r.samples, out.consistent+r.consistent
+	}
+	return out
 }
 
 func (t tpccResult) consistentShare() float64 {

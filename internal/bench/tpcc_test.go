@@ -58,3 +58,20 @@ func TestSameNumber(t *testing.T) {
 		}
 	}
 }
+
+// TestCombineRounds: medians of tpmC and aborts, the worst freshness,
+// every sampled snapshot, and the first round's checks.
+func TestCombineRounds(t *testing.T) {
+	got := combineRounds([]tpccResult{
+		{tpmC: 4000, abortPct: 0.05, freshP50: 1, freshP99: 9, samples: 10, consistent: 10, checked: true},
+		{tpmC: 3000, abortPct: 0.01, freshP50: 2, freshP99: 4, samples: 12, consistent: 11},
+		{tpmC: 5000, abortPct: 0.02, freshP50: 0, freshP99: 3, samples: 8, consistent: 8},
+	})
+	want := tpccResult{tpmC: 4000, abortPct: 0.02, freshP50: 2, freshP99: 9, samples: 30, consistent: 29, checked: true}
+	if got != want {
+		t.Fatalf("three rounds: %+v, want %+v", got, want)
+	}
+	if got := combineRounds([]tpccResult{{tpmC: 10}, {tpmC: 20}}); got.tpmC != 15 {
+		t.Fatalf("median of two rounds %v, want 15", got.tpmC)
+	}
+}
