@@ -369,3 +369,37 @@ func TestRestartKeepsTablesAndRows(t *testing.T) {
 	}
 	_ = time.Second
 }
+
+// TestInsertValuesWithoutTheEngine: VALUES items that are literals or
+// placeholders skip the evaluation engine; each column type must store
+// exactly what the engine's path stores, and refuse what it refuses.
+func TestInsertValuesWithoutTheEngine(t *testing.T) {
+	s := start(t, t.TempDir())
+	defer s.stop(t)
+	db := s.db(t)
+	exec(t, db, "CREATE TABLE v (k INT PRIMARY KEY, i BIGINT, d DECIMAL(8,2), s VARCHAR(10), ts DATETIME, f DOUBLE, n INT)")
+	exec(t, db, "INSERT INTO v VALUES (1, 42, '3.5', 'x', '2026-01-02 03:04:05', '2.5', NULL)")
+	exec(t, db, "INSERT INTO v VALUES (?, ?, ?, ?, ?, ?, ?)", 2, 42, "3.5", "x", "2026-01-02 03:04:05", 2.5, nil)
+	exec(t, db, "INSERT INTO v VALUES (3, 40+2, 3.5+0, concat('x'), concat('2026-01-02 03:04:05'), 2.5+0, NULL+0)")
+	got := rows(t, db, "SELECT i, d, s, ts, f, n FROM v ORDER BY k")
+	want := strings.Repeat("42|3.50|x|2026-01-02 03:04:05|2.5|NULL\n", 3)
+	if got != want[:len(want)-1] {
+		t.Fatalf("rows:\n%s\nwant each as the engine stores it:\n%s", got, want)
+	}
+	for _, c := range []struct{ plain, engine string }{
+		{"INSERT INTO v (k, i) VALUES (10, 'abc')", "INSERT INTO v (k, i) VALUES (11, concat('abc'))"},
+		{"INSERT INTO v (k, ts) VALUES (12, 'not a time')", "INSERT INTO v (k, ts) VALUES (13, concat('not a time'))"},
+		{"INSERT INTO v (k, s) VALUES (14, 'much too long')", "INSERT INTO v (k, s) VALUES (15, concat('much too long'))"},
+	} {
+		_, perr := db.Exec(c.plain)
+		_, eerr := db.Exec(c.engine)
+		if (perr == nil) != (eerr == nil) {
+			t.Errorf("%s: %v, but %s: %v", c.plain, perr, c.engine, eerr)
+		}
+	}
+	if got := rows(t, db, "SELECT i, ts, s FROM v WHERE k >= 10 ORDER BY k"); got != "" {
+		if plain, engine := rows(t, db, "SELECT i, ts, s FROM v WHERE k IN (10, 12, 14) ORDER BY k"), rows(t, db, "SELECT i, ts, s FROM v WHERE k IN (11, 13, 15) ORDER BY k"); plain != engine {
+			t.Errorf("kept rows differ: plain\n%s\nengine\n%s", plain, engine)
+		}
+	}
+}
