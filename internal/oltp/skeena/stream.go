@@ -44,11 +44,12 @@ func (cs *commitStream) add(c streamorder.Commit) error {
 	return cs.merger.Add(c)
 }
 
-// StopStream stops the commit stream for good, for a consumer that will
-// not read it any more: held commits are dropped, later commits are not
-// held, and Commits closes; StreamErr reports why (reason, unless the
-// stream had already failed). The store itself keeps running. A consumer
-// that comes back must copy the store first, as every start does.
+// StopStream stops the commit stream for the rest of this store's life,
+// for a consumer that will not read it any more: held commits are dropped,
+// later commits are not held, and Commits closes; StreamErr reports why
+// (reason, unless the stream had already failed). The store itself keeps
+// running. Only a store opened again streams again, and its consumer copies
+// the store first, as every start does.
 func (s *Store) StopStream(reason error) {
 	cs := s.stream
 	if cs == nil {
@@ -82,13 +83,22 @@ func (tx *Tx) Attach(payload any) { tx.payload = payload }
 func (tx *Tx) Attached() any { return tx.payload }
 
 // streamAdd adds the committing transaction to the stream; it is called
-// between pre-commit and post-commit.
+// between pre-commit and post-commit. A single-engine commit names the
+// snapshot it read of the other engine (the one its read tag records), so
+// that the stream never shows it without what it read.
 func (tx *Tx) streamAdd(c1, c2 uint64) error {
 	cs := tx.s.stream
 	if cs == nil || tx.payload == nil {
 		return nil
 	}
-	return cs.add(streamorder.Commit{Mem: c1, Storage: c2, Payload: tx.payload})
+	c := streamorder.Commit{Mem: c1, Storage: c2, Payload: tx.payload}
+	switch {
+	case c1 == 0 && tx.memUsed:
+		c.ReadMem = tx.anchor
+	case c2 == 0 && tx.disk != nil:
+		c.ReadStorage = tx.storage
+	}
+	return cs.add(c)
 }
 
 // Commits delivers committed transactions with payloads in global commit

@@ -11,6 +11,11 @@
 // snapshot could read (the registry allows any storage snapshot between the
 // two cross-engine commits for an anchor snapshot between them).
 //
+// A single-engine commit that read the other engine is the exception: it
+// read that engine at a snapshot, and every state a snapshot can read that
+// holds the commit also holds what it read. So it comes out only after
+// every commit of the other engine at or below that snapshot.
+//
 // The Merger is deterministic (no goroutines, clock or I/O): the store adds
 // each committing transaction before its timestamps can pass either
 // engine's mark, advances the marks as commits become visible and durable,
@@ -27,6 +32,10 @@ type Commit struct {
 	// Mem and Storage are its commit timestamps in the memory and the
 	// storage engine; 0 where it did not commit.
 	Mem, Storage uint64
+	// ReadMem is the memory snapshot a storage-only commit read (0: it
+	// read no memory table); ReadStorage the storage snapshot a
+	// memory-only commit read.
+	ReadMem, ReadStorage uint64
 	// Payload is what the committer attached (the change set).
 	Payload any
 }
@@ -59,10 +68,10 @@ func (m *Merger) Add(c Commit) error {
 	}
 	p := &c
 	if c.Mem != 0 {
-		m.mem = insert(m.mem, p, func(x *Commit) uint64 { return x.Mem })
+		m.mem = insert(m.mem, p, memTS)
 	}
 	if c.Storage != 0 {
-		m.disk = insert(m.disk, p, func(x *Commit) uint64 { return x.Storage })
+		m.disk = insert(m.disk, p, storageTS)
 	}
 	return nil
 }
@@ -99,16 +108,16 @@ func (m *Merger) release() {
 			dh = m.disk[0]
 		}
 		switch {
-		case mh != nil && mh.Storage == 0:
+		case mh != nil && mh.Storage == 0 && released(mh.ReadStorage, m.disk, m.diskMark, storageTS):
 			m.ready = append(m.ready, *mh)
 			m.mem = pop(m.mem)
-		case dh != nil && dh.Mem == 0:
+		case dh != nil && dh.Mem == 0 && released(dh.ReadMem, m.mem, m.memMark, memTS):
 			m.ready = append(m.ready, *dh)
 			m.disk = pop(m.disk)
 		case mh != nil && mh == dh:
 			m.ready = append(m.ready, *mh)
 			m.mem, m.disk = pop(m.mem), pop(m.disk)
-		case mh != nil && dh != nil:
+		case mh != nil && dh != nil && mh.Storage != 0 && dh.Mem != 0:
 			// Two different cross-engine commits each head their engine:
 			// each waits for the other, so the orders disagree.
 			m.err = fmt.Errorf("%w: %s precedes %s in memory but follows it in storage", ErrOrder, mh, dh)
@@ -116,6 +125,16 @@ func (m *Merger) release() {
 			return
 		}
 	}
+}
+
+func memTS(c *Commit) uint64     { return c.Mem }
+func storageTS(c *Commit) uint64 { return c.Storage }
+
+// released reports whether every commit of an engine at or below the
+// snapshot read has come out: its mark has passed read and its queue holds
+// nothing at or below it. A read of 0 (none) is always released.
+func released(read uint64, q []*Commit, mark uint64, ts func(*Commit) uint64) bool {
+	return read == 0 || mark >= read && (len(q) == 0 || ts(q[0]) > read)
 }
 
 func pop(q []*Commit) []*Commit {

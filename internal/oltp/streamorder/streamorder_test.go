@@ -12,6 +12,7 @@ import (
 // TestMerger runs the scripts in testdata. Commands:
 //
 //	add m=A s=B       → a commit at memory ts A and storage ts B (0: none)
+//	    [rm=R] [rs=R] → that read the memory (storage) engine at R
 //	advance m=A s=B   → the marks; prints what is released, in order
 func TestMerger(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
@@ -22,7 +23,14 @@ func TestMerger(t *testing.T) {
 			d.ScanArgs(t, "s", &disk)
 			switch d.Cmd {
 			case "add":
-				if err := m.Add(Commit{Mem: mem, Storage: disk}); err != nil {
+				var rm, rs uint64
+				if d.HasArg("rm") {
+					d.ScanArgs(t, "rm", &rm)
+				}
+				if d.HasArg("rs") {
+					d.ScanArgs(t, "rs", &rs)
+				}
+				if err := m.Add(Commit{Mem: mem, Storage: disk, ReadMem: rm, ReadStorage: rs}); err != nil {
 					return "error: " + err.Error() + "\n"
 				}
 				return fmt.Sprintf("pending %d\n", m.Pending())
