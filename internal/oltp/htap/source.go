@@ -13,7 +13,7 @@
 // is emptied by the copy too: the store keeps a tombstone of its name). The
 // copy reads everything, so a start takes time in proportion to the data.
 // When the source stops, it stops the store's stream, which then holds
-// nothing until the next start.
+// nothing until the store is opened again (the next start).
 //
 // Positions: every start uses a stream of its own, "skeena/E" (E: the SQL
 // catalog's epoch, which grows with every open), offset 1 for the copy and
@@ -35,6 +35,7 @@ import (
 
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/cdc"
+	"github.com/retinadb/retina/internal/oltp/engine"
 	"github.com/retinadb/retina/internal/oltp/skeena"
 	"github.com/retinadb/retina/internal/oltp/sqlstore"
 	"github.com/retinadb/retina/internal/oltp/streamorder"
@@ -262,7 +263,10 @@ func row(t *sqlstore.Table, vals, pk []any) []any {
 // copy delivers one transaction that makes Retina's replicated tables equal
 // to the store at one snapshot, and returns that snapshot.
 func (s *Source) copy(ctx context.Context) (anchor, storage uint64, err error) {
-	tx := s.store.Begin()
+	// Snapshot isolation whatever the store's default: a read-only copy
+	// has nothing to validate, and under serializable any concurrent write
+	// to what it read would fail it.
+	tx := s.store.BeginTx(skeena.TxOptions{Isolation: engine.SnapshotIsolation})
 	defer tx.Rollback()
 	if anchor, storage, err = tx.Snapshots(ctx); err != nil {
 		return 0, 0, fmt.Errorf("skeena source: take the copy's snapshot: %w", err)
@@ -300,8 +304,10 @@ func (s *Source) copy(ctx context.Context) (anchor, storage uint64, err error) {
 	}
 	// A drop the last run committed but Retina never applied leaves rows
 	// there; the drop's tombstone says to empty them, as the drop would.
-	for _, name := range dropped {
-		if rt, ok := s.retina.Snapshot().Table(name); ok {
+	for _, def := range dropped {
+		// Only a table that is still the dropped one's shape: a later table
+		// of that name from elsewhere is not ours to empty.
+		if rt, ok := s.retina.Snapshot().Table(strings.ToLower(def.Name)); ok && sameShape(rt.Schema, schemaOf(def)) {
 			if err := change(cdc.Record{Table: rt.Name, Op: cdc.OpTruncate}); err != nil {
 				return 0, 0, err
 			}

@@ -30,9 +30,9 @@ func PhysicalTables() []skeena.Table {
 const (
 	catalogDefs     = 0 // 0 | 0 | name → definition (JSON)
 	catalogCounters = 1 // 0 | 1 → next table id (4), epoch (8)
-	// 0 | 2 | name → name: a table of this name was dropped and not created
-	// again. A consumer that copies the store (HTAP) empties its copy of
-	// such a table even if it missed the drop.
+	// 0 | 2 | name → definition (JSON) of a table dropped and not created
+	// again under that name. A consumer that copies the store (HTAP)
+	// empties its copy of such a table even if it missed the drop.
 	catalogDropped = 2
 	firstTableID   = 1
 	// Hidden row ids are epoch<<rowidBits | n: every open starts a new
@@ -139,16 +139,22 @@ func TablesAt(ctx context.Context, tx *skeena.Tx) ([]*Table, error) {
 	return out, nil
 }
 
-// DroppedAt lists the lower-case names of the tables dropped and not
+// DroppedAt lists the last definitions of the tables dropped and not
 // created again, as tx's snapshot has them.
-func DroppedAt(ctx context.Context, tx *skeena.Tx) ([]string, error) {
+func DroppedAt(ctx context.Context, tx *skeena.Tx) ([]*Table, error) {
 	lo := binary.BigEndian.AppendUint32(tablePrefix(nil, 0), catalogDropped)
-	var out []string
-	err := tx.Scan(ctx, EngineStorage, "", lo, KeyEnd(lo), func(_, name []byte) bool {
-		out = append(out, string(name))
+	var out []*Table
+	var scanErr error
+	err := tx.Scan(ctx, EngineStorage, "", lo, KeyEnd(lo), func(key, row []byte) bool {
+		t := new(Table)
+		if err := json.Unmarshal(row, t); err != nil {
+			scanErr = fmt.Errorf("sql catalog: corrupt dropped-table record under key %x: %w", key, err)
+			return false
+		}
+		out = append(out, t)
 		return true
 	})
-	if err != nil {
+	if err := errors.Join(err, scanErr); err != nil {
 		return nil, fmt.Errorf("sql catalog: list dropped tables: %w", err)
 	}
 	return out, nil
@@ -274,6 +280,10 @@ func (c *Catalog) Drop(ctx context.Context, name string, ifExists bool) error {
 		}
 		return err
 	}
+	def, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
 	err = retry(ctx, func() error {
 		tx := c.store.Begin()
 		defer tx.Rollback()
@@ -281,7 +291,7 @@ func (c *Catalog) Drop(ctx context.Context, name string, ifExists bool) error {
 		if err := tx.Delete(ctx, EngineStorage, defKey(name)); err != nil {
 			return err
 		}
-		if err := tx.Put(ctx, EngineStorage, droppedKey(name), []byte(name)); err != nil {
+		if err := tx.Put(ctx, EngineStorage, droppedKey(name), def); err != nil {
 			return err
 		}
 		prefix := tablePrefix(nil, t.ID)

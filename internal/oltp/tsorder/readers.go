@@ -17,7 +17,8 @@ import (
 // one pass behind the watermark, a reader that registers within one pass
 // of choosing its snapshot is never refused; because it never passes a
 // registered reader, a reader at or above a running one (or a pin, which
-// is a reader that reads nothing) is never refused either.
+// is a reader that reads nothing) is not refused either, short of a
+// registration racing a pass (a retryable refusal, never a wrong read).
 type Readers struct {
 	next    atomic.Uint32
 	shards  [16]readerShard
