@@ -120,13 +120,25 @@ func OpenCatalog(ctx context.Context, store *skeena.Store) (*Catalog, error) {
 // TablesAt lists the tables, by name, as tx's snapshot has them: what a
 // consumer reading rows in tx must cover, though DDL may have moved on.
 func TablesAt(ctx context.Context, tx *skeena.Tx) ([]*Table, error) {
-	lo := binary.BigEndian.AppendUint32(tablePrefix(nil, 0), catalogDefs)
+	return definitions(ctx, tx, catalogDefs, "definition")
+}
+
+// DroppedAt lists the last definitions of the tables dropped and not
+// created again, by name, as tx's snapshot has them.
+func DroppedAt(ctx context.Context, tx *skeena.Tx) ([]*Table, error) {
+	return definitions(ctx, tx, catalogDropped, "dropped-table record")
+}
+
+// definitions reads the table definitions stored under one catalog
+// record kind, sorted by name.
+func definitions(ctx context.Context, tx *skeena.Tx, kind uint32, what string) ([]*Table, error) {
+	lo := binary.BigEndian.AppendUint32(tablePrefix(nil, 0), kind)
 	var out []*Table
 	var scanErr error
 	err := tx.Scan(ctx, EngineStorage, "", lo, KeyEnd(lo), func(key, row []byte) bool {
 		t := new(Table)
 		if err := json.Unmarshal(row, t); err != nil {
-			scanErr = fmt.Errorf("sql catalog: corrupt definition under key %x: %w", key, err)
+			scanErr = fmt.Errorf("sql catalog: corrupt %s under key %x: %w", what, key, err)
 			return false
 		}
 		out = append(out, t)
@@ -136,27 +148,6 @@ func TablesAt(ctx context.Context, tx *skeena.Tx) ([]*Table, error) {
 		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
-}
-
-// DroppedAt lists the last definitions of the tables dropped and not
-// created again, as tx's snapshot has them.
-func DroppedAt(ctx context.Context, tx *skeena.Tx) ([]*Table, error) {
-	lo := binary.BigEndian.AppendUint32(tablePrefix(nil, 0), catalogDropped)
-	var out []*Table
-	var scanErr error
-	err := tx.Scan(ctx, EngineStorage, "", lo, KeyEnd(lo), func(key, row []byte) bool {
-		t := new(Table)
-		if err := json.Unmarshal(row, t); err != nil {
-			scanErr = fmt.Errorf("sql catalog: corrupt dropped-table record under key %x: %w", key, err)
-			return false
-		}
-		out = append(out, t)
-		return true
-	})
-	if err := errors.Join(err, scanErr); err != nil {
-		return nil, fmt.Errorf("sql catalog: list dropped tables: %w", err)
-	}
 	return out, nil
 }
 
