@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -86,13 +87,20 @@ func indexBackend(ctx context.Context, r *Report, cfg IndexConfig, backend strin
 	}
 	defer func() { s.Close() }()
 
-	var clock atomic.Uint64
-	clock.Store(1) // the load wrote at 1
+	clock := newBenchClock(cfg.Workers)
+	clock.next.Store(1) // the load wrote at 1
+	// As the server does on every sink tick (Node.Collect), the horizon
+	// follows the low watermark. Without it the memory backend would keep
+	// every version of a key until a purge, which the server never lets
+	// it do.
+	stopHorizon := followHorizon(s, clock, time.Second)
+	defer stopHorizon()
+
 	// An update as the replayer does it: one checked Replace per key, which
 	// looks the key up and writes the new version in one step.
 	muts := make([][]index.Mutation, cfg.Workers)
 	updates := func() (float64, error) {
-		return runBuckets(ctx, cfg, &clock, func(w int, rng *rand.Rand, ts uint64, keys []index.Key, _ []index.Found) (int, error) {
+		return runBuckets(ctx, cfg, clock, func(w int, rng *rand.Rand, ts uint64, keys []index.Key, _ []index.Found) (int, error) {
 			if err := fillKeys(s, rng, w, cfg, keys); err != nil {
 				return 0, err
 			}
@@ -117,7 +125,7 @@ func indexBackend(ctx context.Context, r *Report, cfg IndexConfig, backend strin
 
 	// The same work as three separate calls: LookupBatch, then a batch of
 	// tombstones and puts.
-	ups3, err := runBuckets(ctx, cfg, &clock, func(w int, rng *rand.Rand, ts uint64, keys []index.Key, found []index.Found) (int, error) {
+	ups3, err := runBuckets(ctx, cfg, clock, func(w int, rng *rand.Rand, ts uint64, keys []index.Key, found []index.Found) (int, error) {
 		if err := fillKeys(s, rng, w, cfg, keys); err != nil {
 			return 0, err
 		}
@@ -140,7 +148,7 @@ func indexBackend(ctx context.Context, r *Report, cfg IndexConfig, backend strin
 	r.Printf("%s: %.0fK updates/s as LookupBatch + Apply(tombstone, put)", backend, ups3/1e3)
 	r.Set(backend+"_updates_per_sec_3calls", math.Round(ups3))
 
-	lookups, err := runBuckets(ctx, cfg, &clock, func(w int, rng *rand.Rand, ts uint64, keys []index.Key, found []index.Found) (int, error) {
+	lookups, err := runBuckets(ctx, cfg, clock, func(w int, rng *rand.Rand, ts uint64, keys []index.Key, found []index.Found) (int, error) {
 		if err := fillKeys(s, rng, w, cfg, keys); err != nil {
 			return 0, err
 		}
@@ -205,7 +213,7 @@ func fillKeys(s *index.Store, rng *rand.Rand, w int, cfg IndexConfig, keys []ind
 // runBuckets runs one goroutine per bucket for cfg.Duration; each batch takes
 // the next timestamp from clock, as mirror transactions do. It returns units
 // per second.
-func runBuckets(ctx context.Context, cfg IndexConfig, clock *atomic.Uint64, batch func(w int, rng *rand.Rand, ts uint64, keys []index.Key, found []index.Found) (int, error)) (float64, error) {
+func runBuckets(ctx context.Context, cfg IndexConfig, clock *benchClock, batch func(w int, rng *rand.Rand, ts uint64, keys []index.Key, found []index.Found) (int, error)) (float64, error) {
 	type worker struct {
 		rng   *rand.Rand
 		keys  []index.Key
@@ -217,8 +225,62 @@ func runBuckets(ctx context.Context, cfg IndexConfig, clock *atomic.Uint64, batc
 	}
 	return runWorkers(ctx, cfg.Workers, cfg.Duration, func(_ context.Context, w int) (int, error) {
 		st := &ws[w]
-		return batch(w, st.rng, clock.Add(1), st.keys, st.found)
+		defer clock.end(w)
+		return batch(w, st.rng, clock.begin(w), st.keys, st.found)
 	})
+}
+
+// benchClock hands out the batches' timestamps, as mirror transactions
+// get theirs, and knows their low watermark.
+type benchClock struct {
+	next     atomic.Uint64
+	inFlight []atomic.Uint64 // per worker: its batch's timestamp, 0 when idle
+}
+
+func newBenchClock(workers int) *benchClock {
+	return &benchClock{inFlight: make([]atomic.Uint64, workers)}
+}
+
+// begin takes worker w's next timestamp. The worker claims a timestamp no
+// greater than it before taking it, so lwm never passes it.
+func (c *benchClock) begin(w int) uint64 {
+	c.inFlight[w].Store(c.next.Load() + 1)
+	ts := c.next.Add(1)
+	c.inFlight[w].Store(ts)
+	return ts
+}
+
+func (c *benchClock) end(w int) { c.inFlight[w].Store(0) }
+
+// lwm is the newest timestamp at and below which every batch is done.
+func (c *benchClock) lwm() uint64 {
+	l := c.next.Load()
+	for i := range c.inFlight {
+		if ts := c.inFlight[i].Load(); ts != 0 {
+			l = min(l, ts-1)
+		}
+	}
+	return l
+}
+
+// followHorizon sets the index horizon to the clock's low watermark every
+// tick until the returned stop is called.
+func followHorizon(s *index.Store, clock *benchClock, tick time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				s.SetHorizon(clock.lwm())
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
 }
 
 func firstErr(ms []index.Mutation) error {
