@@ -163,6 +163,7 @@ func (t *slotTable) put(k *shortKey, s slot) {
 func (t *slotTable) rebuild(n int) {
 	old := t.cells
 	t.cells = make([]cell, n)
+	adviseHugePages(t.cells)
 	t.live, t.tombs = 0, 0
 	for i := range old {
 		if old[i].full() {
