@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -104,8 +105,10 @@ func WriteBuffer(ctx context.Context, r *Report, cfg WriteBufferConfig) error {
 		wcols[i] = writebuffer.Column{Name: c.Name, Type: c.Type, Nullable: c.Nullable}
 	}
 	// No block cache, as the server runs by default (--block-cache-mib 0):
-	// combinations read their blocks back from the lake.
-	buf, err := writebuffer.New(writebuffer.Config{TableID: tb.ID, Columns: wcols, Catalog: cat, Lake: store, Logger: slog.New(slog.DiscardHandler)})
+	// combinations read their blocks back from the lake. As in the server,
+	// half the cores may combine at once (one here).
+	buf, err := writebuffer.New(writebuffer.Config{TableID: tb.ID, Columns: wcols, Catalog: cat, Lake: store, Logger: slog.New(slog.DiscardHandler),
+		Combines: writebuffer.NewCombineLimit(runtime.GOMAXPROCS(0) / 2)})
 	if err != nil {
 		return err
 	}
