@@ -168,6 +168,60 @@ func TestFilesStatesAndSwaps(t *testing.T) {
 // of them for one file of the same rows while readers check that every
 // snapshot shows the same total of live rows per table: a swap is never
 // half visible.
+// TestSwapAllIsOneChange: swaps of several tables land in one change
+// (one catalog version, one durable write), and one bad swap among them
+// leaves every table as it was.
+func TestSwapAllIsOneChange(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	c := openCat(t, dir)
+	a, _ := c.CreateTable(ctx, "a", accountSchema())
+	b, _ := c.CreateTable(ctx, "b", accountSchema())
+	first, err := c.AllocateFileIDs(ctx, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := []lake.RowGroupMeta{{Rows: 10}}
+	for i, tb := range []*Table{a, b} {
+		if _, err := c.RegisterFile(ctx, File{ID: first + uint64(i), TableID: tb.ID, Key: fmt.Sprintf("old/%d", i), State: Regular, RowGroups: groups}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good := []FileSwap{
+		{Table: a.ID, Remove: []uint64{first}, Add: []File{{ID: first + 2, Key: "new/a", State: Regular, RowGroups: groups}}},
+		{Table: b.ID, Remove: []uint64{first + 1}, Add: []File{{ID: first + 3, Key: "new/b", State: Regular, RowGroups: groups}}},
+	}
+	bad := []FileSwap{good[0], {Table: b.ID, Remove: []uint64{first}}} // file first is a's
+	ver := c.Snapshot().Version()
+	if _, err := c.SwapAll(ctx, bad); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("swap naming another table's file: %v", err)
+	}
+	if c.Snapshot().Version() != ver {
+		t.Fatal("a failed SwapAll changed the catalog")
+	}
+	if f, _ := c.Snapshot().File(first); f.State != Regular {
+		t.Fatal("a failed SwapAll retired a file of its good part")
+	}
+	s, err := c.SwapAll(ctx, good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Version() != ver+1 {
+		t.Fatalf("two swaps took %d changes, want 1", s.Version()-ver)
+	}
+	c.Close()
+	c = openCat(t, dir) // and they are durable
+	for _, want := range []struct {
+		table uint32
+		file  uint64
+	}{{a.ID, first + 2}, {b.ID, first + 3}} {
+		live := c.Snapshot().LiveFiles(want.table)
+		if len(live) != 1 || live[0].ID != want.file {
+			t.Fatalf("table %d after reopen: %v, want file %d alone", want.table, live, want.file)
+		}
+	}
+}
+
 func TestConcurrentRegistrationsAndSwaps(t *testing.T) {
 	ctx := context.Background()
 	c := openCat(t, t.TempDir())

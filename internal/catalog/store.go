@@ -489,35 +489,59 @@ func (c *Catalog) SetFileState(ctx context.Context, id uint64, state FileState, 
 // removed file becomes retired and every added file appears, or nothing
 // changes. Queries planning on earlier snapshots keep reading the old files.
 func (c *Catalog) Swap(ctx context.Context, tableID uint32, remove []uint64, add []File) (*Snapshot, error) {
+	return c.SwapAll(ctx, []FileSwap{{Table: tableID, Remove: remove, Add: add}})
+}
+
+// FileSwap is one table's part of SwapAll: the files retired and the files
+// that take their place.
+type FileSwap struct {
+	Table  uint32
+	Remove []uint64
+	Add    []File
+}
+
+// SwapAll makes several swaps in one durable change: all of them or none.
+// Storage GC switches every rewrite a replay checkpoint takes at once, and
+// replay waits for one catalog write (an fsync) instead of one per rewrite.
+func (c *Catalog) SwapAll(ctx context.Context, swaps []FileSwap) (*Snapshot, error) {
 	return c.change(ctx, func(s *Snapshot, tx *bolt.Tx) error {
-		if s.tables[tableID] == nil {
-			return fmt.Errorf("%w: table %d", ErrNotFound, tableID)
-		}
-		for _, id := range remove {
-			f, ok := s.fileByID[id]
-			if !ok || f.TableID != tableID {
-				return fmt.Errorf("%w: file %d of table %d", ErrNotFound, id, tableID)
-			}
-			if err := s.setState(tx, f, Retired, nil); err != nil {
-				return err
-			}
-		}
-		for _, f := range add {
-			nf := f
-			nf.TableID = tableID
-			nf.RowGroups = slices.Clone(f.RowGroups)
-			if err := s.checkNewFile(&nf); err != nil {
-				return err
-			}
-			nf.SchemaVersion = s.tables[tableID].SchemaVersion
-			nf.Updated = time.Now().UTC()
-			s.putFile(&nf)
-			if err := putRecord(tx, bucketFiles, nf.ID, &nf); err != nil {
+		for _, sw := range swaps {
+			if err := s.swap(tx, sw); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+func (s *Snapshot) swap(tx *bolt.Tx, sw FileSwap) error {
+	if s.tables[sw.Table] == nil {
+		return fmt.Errorf("%w: table %d", ErrNotFound, sw.Table)
+	}
+	for _, id := range sw.Remove {
+		f, ok := s.fileByID[id]
+		if !ok || f.TableID != sw.Table {
+			return fmt.Errorf("%w: file %d of table %d", ErrNotFound, id, sw.Table)
+		}
+		if err := s.setState(tx, f, Retired, nil); err != nil {
+			return err
+		}
+	}
+	for _, f := range sw.Add {
+		nf := f
+		nf.TableID = sw.Table
+		nf.RowGroups = slices.Clone(f.RowGroups)
+		if err := s.checkNewFile(&nf); err != nil {
+			return err
+		}
+		nf.SchemaVersion = s.tables[sw.Table].SchemaVersion
+		nf.Updated = time.Now().UTC()
+		s.putFile(&nf)
+		if err := putRecord(tx, bucketFiles, nf.ID, &nf); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // DeleteFile forgets a retired file once its object is gone.

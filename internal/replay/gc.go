@@ -10,7 +10,8 @@ package replay
 //  2. Switch (while nothing is being applied, at a replay checkpoint): the
 //     new file's visibility is carried over from the old files (deletes
 //     that landed during step 1 included, with their timestamps), the
-//     catalog swaps the files in one transaction, and the main index points
+//     catalog swaps the files in one transaction (with the other rewrites
+//     the same checkpoint switches in), and the main index points
 //     the old row ids at the new offsets. Deletes from then on reach the new
 //     file; a query planned before the swap still reads the old files, whose
 //     deleted sets hold every delete at or below its snapshot.
@@ -199,53 +200,70 @@ func (r *Replayer) copyLive(ctx context.Context, w *lake.FileWriter, pf *lake.Fi
 	return kept, nil
 }
 
-// Switch puts a rewritten file in the place of the files it replaces (step
-// 2). Nothing may be applied meanwhile (the caller quiesces replay), and
-// lwm must be at or below every running query's snapshot: the new file
-// answers every snapshot from there on. An error before the catalog swap
-// leaves everything as it was (the caller deletes the object); one after it
-// wraps ErrSwitchHalfDone, and the replay state must be restored from the
-// last checkpoint.
-func (r *Replayer) Switch(ctx context.Context, rw *Rewritten, lwm uint64) error {
+// A switch puts a rewritten file in the place of the files it replaces
+// (step 2), in three calls: PrepareSwitch, the catalog swap it returns
+// (the caller makes the swaps of every rewrite a checkpoint takes in one
+// catalog change), then FinishSwitch, or AbandonSwitch if the swap failed.
+// Nothing may be applied meanwhile (the caller quiesces replay).
+
+// PrepareSwitch readies rw's switch and returns its catalog swap. lwm must
+// be at or below every running query's snapshot: the new file answers
+// every snapshot from there on. An error leaves everything as it was (the
+// caller deletes the object).
+func (r *Replayer) PrepareSwitch(rw *Rewritten, lwm uint64) (catalog.FileSwap, error) {
 	if t, ok := r.cfg.Catalog.Snapshot().TableByID(rw.Table.ID); !ok || t.SchemaVersion != rw.Table.SchemaVersion {
 		// The new file holds the columns of the schema it was written with.
-		return fmt.Errorf("replay: storage GC: table %s changed its schema during the rewrite", rw.Table.Name)
+		return catalog.FileSwap{}, fmt.Errorf("replay: storage GC: table %s changed its schema during the rewrite", rw.Table.Name)
 	}
-	old := make([]uint64, len(rw.Old))
+	sw := catalog.FileSwap{Table: rw.Table.ID, Remove: make([]uint64, len(rw.Old))}
 	for i, f := range rw.Old {
-		old[i] = f.ID
+		sw.Remove[i] = f.ID
 	}
 	if rw.New.ID == 0 { // every version was stale
-		if _, err := r.cfg.Catalog.Swap(ctx, rw.Table.ID, old, nil); err != nil {
-			return fmt.Errorf("replay: storage GC: retire files of %s: %w", rw.Table.Name, err)
+		return sw, nil
+	}
+	sources := make([]visibility.Source, len(rw.Old))
+	for i, f := range rw.Old {
+		vis, ok := r.FileVisibility(f.ID)
+		if !ok {
+			return catalog.FileSwap{}, fmt.Errorf("replay: storage GC: no visibility for file %d", f.ID)
+		}
+		sources[i] = visibility.Source{From: vis, Kept: rw.Kept[i]}
+	}
+	vis, err := visibility.Carry(max(lwm, rw.At), sources)
+	if err != nil {
+		return catalog.FileSwap{}, fmt.Errorf("replay: storage GC: carry the deletes of file %d on: %w", rw.Old[0].ID, err)
+	}
+	r.filesMu.Lock()
+	r.files[rw.New.ID] = vis // before the swap: a query planned after it finds it
+	r.filesMu.Unlock()
+	sw.Add = []catalog.File{rw.New}
+	return sw, nil
+}
+
+// AbandonSwitch undoes PrepareSwitch after its catalog swap failed.
+func (r *Replayer) AbandonSwitch(rw *Rewritten) {
+	if rw.New.ID != 0 {
+		r.filesMu.Lock()
+		delete(r.files, rw.New.ID)
+		r.filesMu.Unlock()
+	}
+}
+
+// FinishSwitch points the index at the rows' new places once the catalog
+// swap is durable. An error wraps ErrSwitchHalfDone: the replay state must
+// be restored from the last checkpoint.
+func (r *Replayer) FinishSwitch(ctx context.Context, rw *Rewritten) error {
+	if rw.New.ID == 0 {
+		old := make([]uint64, len(rw.Old))
+		for i, f := range rw.Old {
+			old[i] = f.ID
 		}
 		if _, err := r.cfg.Index.DropRanges(ctx, old...); err != nil {
 			return fmt.Errorf("%w: drop the rows of files %v: %w", ErrSwitchHalfDone, old, err)
 		}
 		return nil
 	}
-	sources := make([]visibility.Source, len(rw.Old))
-	for i, f := range rw.Old {
-		vis, ok := r.FileVisibility(f.ID)
-		if !ok {
-			return fmt.Errorf("replay: storage GC: no visibility for file %d", f.ID)
-		}
-		sources[i] = visibility.Source{From: vis, Kept: rw.Kept[i]}
-	}
-	vis, err := visibility.Carry(max(lwm, rw.At), sources)
-	if err != nil {
-		return fmt.Errorf("replay: storage GC: carry the deletes of file %d on: %w", rw.Old[0].ID, err)
-	}
-	r.filesMu.Lock()
-	r.files[rw.New.ID] = vis // before the swap: a query planned after it finds it
-	r.filesMu.Unlock()
-	if _, err := r.cfg.Catalog.Swap(ctx, rw.Table.ID, old, []catalog.File{rw.New}); err != nil {
-		r.filesMu.Lock()
-		delete(r.files, rw.New.ID)
-		r.filesMu.Unlock()
-		return fmt.Errorf("replay: storage GC: swap files of %s: %w", rw.Table.Name, err)
-	}
-	r.cfg.Failpoints.Hit(failpoint.GCSwapped)
 	base := uint32(0)
 	for i, f := range rw.Old {
 		if err := r.cfg.Index.RemapFile(ctx, f.ID, rw.New.ID, base, rw.Kept[i]); err != nil {

@@ -117,8 +117,7 @@ func (e *OpError) Unwrap() []error { return []error{ErrOp, e.Err} }
 type Catalog interface {
 	writebuffer.Catalog
 	Snapshot() *catalog.Snapshot
-	// Swap and DeleteFile are storage GC's.
-	Swap(ctx context.Context, tableID uint32, remove []uint64, add []catalog.File) (*catalog.Snapshot, error)
+	// DeleteFile is storage GC's (its swaps are the caller's).
 	DeleteFile(ctx context.Context, id uint64) error
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/failpoint"
 	"github.com/retinadb/retina/internal/mirror"
 	"github.com/retinadb/retina/internal/replay"
 	"github.com/retinadb/retina/internal/visibility"
@@ -365,10 +366,12 @@ func countBits(bm []uint64, bit, n int) int64 {
 }
 
 // switchRewrites switches every rewritten file in: called by Seal, while
-// nothing is applied, so the checkpoint at ts takes the switch. A failure
-// before a catalog swap abandons that rewrite; one after it leaves the
-// replay state inconsistent, which stops ingestion (ErrUnclean) so the
-// next start restores the last checkpoint.
+// nothing is applied, so the checkpoint at ts takes the switch. Every
+// rewrite's catalog swap goes in one catalog change: replay waits for one
+// durable write, not one per rewrite. A failure before that change
+// abandons the rewrites it concerns; one after it leaves the replay state
+// inconsistent, which stops ingestion (ErrUnclean) so the next start
+// restores the last checkpoint.
 func (n *Node) switchRewrites(ts uint64) error {
 	n.gc.mu.Lock()
 	ready := n.gc.ready
@@ -386,24 +389,32 @@ func (n *Node) switchRewrites(ts uint64) error {
 		n.gc.mu.Unlock()
 		return nil // the next checkpoint tries again
 	}
+	lwm := min(w.LWM, ts)
+	var prepared []*replay.Rewritten
+	var swaps []catalog.FileSwap
 	for _, rw := range ready {
-		rp := n.Replayers[rw.Old[0].Replayer]
-		err := rp.Switch(ctx, rw, min(w.LWM, ts))
-		switch {
-		case errors.Is(err, replay.ErrSwitchHalfDone):
-			return fmt.Errorf("%w: %w", mirror.ErrUnclean, err)
-		case err != nil:
-			n.gc.stats.Errors.Add(1)
-			n.log.Warn("storage GC: switch failed; the rewrite is abandoned", "table", rw.Table.Name, "new_file", rw.New.ID, "err", err)
-			if rw.New.ID != 0 {
-				if derr := n.Lake.Delete(ctx, rw.New.Key); derr != nil {
-					n.log.Warn("storage GC: the abandoned file stays in the lake until the next start", "key", rw.New.Key, "err", derr)
-				}
-			}
-			for _, f := range rw.Old {
-				n.gc.mark(f.ID, false)
-			}
+		sw, err := n.rewriteOwner(rw).PrepareSwitch(rw, lwm)
+		if err != nil {
+			n.abandonRewrite(ctx, rw, err)
 			continue
+		}
+		prepared = append(prepared, rw)
+		swaps = append(swaps, sw)
+	}
+	if len(swaps) == 0 {
+		return nil
+	}
+	if _, err := n.Catalog.SwapAll(ctx, swaps); err != nil {
+		for _, rw := range prepared {
+			n.rewriteOwner(rw).AbandonSwitch(rw)
+			n.abandonRewrite(ctx, rw, err)
+		}
+		return nil
+	}
+	n.Config.Failpoints.Hit(failpoint.GCSwapped)
+	for _, rw := range prepared {
+		if err := n.rewriteOwner(rw).FinishSwitch(ctx, rw); err != nil {
+			return fmt.Errorf("%w: %w", mirror.ErrUnclean, err)
 		}
 		n.gc.stats.Rewrites.Add(1)
 		n.gc.stats.FilesRewritten.Add(uint64(len(rw.Old)))
@@ -413,6 +424,26 @@ func (n *Node) switchRewrites(ts uint64) error {
 		n.gc.mu.Unlock()
 	}
 	return nil
+}
+
+// rewriteOwner is the replayer whose files a rewrite replaced.
+func (n *Node) rewriteOwner(rw *replay.Rewritten) *replay.Replayer {
+	return n.Replayers[rw.Old[0].Replayer]
+}
+
+// abandonRewrite gives up a rewrite that could not be switched in: its
+// object goes and its files may be rewritten again.
+func (n *Node) abandonRewrite(ctx context.Context, rw *replay.Rewritten, err error) {
+	n.gc.stats.Errors.Add(1)
+	n.log.Warn("storage GC: switch failed; the rewrite is abandoned", "table", rw.Table.Name, "new_file", rw.New.ID, "err", err)
+	if rw.New.ID != 0 {
+		if derr := n.Lake.Delete(ctx, rw.New.Key); derr != nil {
+			n.log.Warn("storage GC: the abandoned file stays in the lake until the next start", "key", rw.New.Key, "err", derr)
+		}
+	}
+	for _, f := range rw.Old {
+		n.gc.mark(f.ID, false)
+	}
 }
 
 // GCPending says a rewrite waits for a checkpoint to switch it in.

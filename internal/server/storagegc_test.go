@@ -15,6 +15,7 @@ import (
 	"github.com/retinadb/retina/internal/replay"
 	"github.com/retinadb/retina/internal/server"
 	"github.com/retinadb/retina/internal/server/servertest"
+	"github.com/retinadb/retina/internal/types"
 )
 
 // waitRegular waits until the table has at least n regular files (write
@@ -491,5 +492,54 @@ func TestStorageGCSealsAStaleFillingFile(t *testing.T) {
 	rewriteAndSwitch(t, n, w.tb.ID)
 	if got := rows(t, n); !maps.Equal(got, w.state) {
 		t.Fatalf("after the rewrite: %d rows, want %d", len(got), len(w.state))
+	}
+}
+
+// TestStorageGCSwitchesEveryRewriteInOneCatalogChange: rewrites of two
+// tables waiting for the same checkpoint are switched in with one catalog
+// write (replay waits for one fsync, not one per rewrite), and each table
+// still answers with its rows.
+func TestStorageGCSwitchesEveryRewriteInOneCatalogChange(t *testing.T) {
+	ctx := context.Background()
+	n := mustOpen(t, t.TempDir(), "memory", nil)
+	var ws []*workload
+	for _, name := range []string{"account", "ledger"} {
+		tb := servertest.CreateTable(t, n, name, []catalog.Column{
+			{Name: "id", Type: types.Of(types.Int64)},
+			{Name: "balance", Type: types.Of(types.Int64)},
+		}, "id")
+		w := &workload{n: n, tb: tb, state: map[int64]int64{}}
+		w.insert(t, 300)
+		waitRegular(t, n, tb.ID, 2)
+		var stale []int64
+		for id := int64(1); id <= 100; id++ {
+			if id%4 != 0 {
+				stale = append(stale, id)
+			}
+		}
+		w.del(t, stale...)
+		ws = append(ws, w)
+	}
+	if err := n.StorageGCRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := n.Catalog.Snapshot().Version()
+	if err := checkpointNow(n); err != nil {
+		t.Fatal(err)
+	}
+	if changes := n.Catalog.Snapshot().Version() - before; changes != 1 {
+		t.Fatalf("the checkpoint made %d catalog changes, want 1 for both switches", changes)
+	}
+	for _, w := range ws {
+		if _, retired, rewritten := gcFiles(n, w.tb.ID); retired != 1 || rewritten != 1 {
+			t.Fatalf("%s after the switch: %d retired, %d rewritten files, want 1 and 1", w.tb.Name, retired, rewritten)
+		}
+		got := map[int64]int64{}
+		for _, v := range servertest.Query(t, n, "SELECT id, balance FROM "+w.tb.Name) {
+			got[v[0].(int64)] = v[1].(int64)
+		}
+		if !maps.Equal(got, w.state) {
+			t.Fatalf("%s: %d rows after the switch, want %d", w.tb.Name, len(got), len(w.state))
+		}
 	}
 }
