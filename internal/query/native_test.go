@@ -198,3 +198,63 @@ func TestNativeScanMatchesGoScan(t *testing.T) {
 		t.Fatal("no file was read natively")
 	}
 }
+
+// TestMostlyDeletedFilesSkipTheNativeReader: a regular file with few rows
+// deleted at the snapshot is read by DuckDB's reader (its deleted rows
+// anti-joined); once most of its rows are deleted it is read by the Go
+// scan instead, and both answer the same rows.
+func TestMostlyDeletedFilesSkipTheNativeReader(t *testing.T) {
+	n := servertest.OpenNodeTuned(t, func(c *server.NodeConfig) { c.Lake = "" }) // file:// under the data dir
+	ctx := context.Background()
+	tb := servertest.CreateTable(t, n, "acct", []catalog.Column{
+		{Name: "id", Type: types.Of(types.Int64)},
+		{Name: "balance", Type: types.Of(types.Int64)},
+	}, "id")
+	var ops []replay.Op
+	for id := range int64(200) {
+		ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{id, id * 10}})
+	}
+	apply(t, n, ops...)
+	for _, rp := range n.Replayers {
+		if err := rp.Finish(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := n.Engine.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// check reads the table through its view and through retina_scan
+	// alone, and reports how many files the view read natively.
+	check := func(wantRows int64) uint64 {
+		t.Helper()
+		before := n.Engine.Stats().NativeFiles
+		got := queryAll(t, s, "SELECT count(*), sum(balance) FROM acct")
+		native := n.Engine.Stats().NativeFiles - before
+		want := queryAll(t, s, "SELECT count(*), sum(balance) FROM retina_scan('acct')")
+		if fmt.Sprint(got) != fmt.Sprint(want) || got[0][0] != wantRows {
+			t.Fatalf("view %v, retina_scan %v, want %d rows", got, want, wantRows)
+		}
+		return native
+	}
+	del := func(from, to int64) {
+		t.Helper()
+		var ops []replay.Op
+		for id := from; id < to; id++ {
+			ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Delete, Key: []any{id}})
+		}
+		apply(t, n, ops...)
+	}
+	if native := check(200); native == 0 {
+		t.Fatal("no file was read natively")
+	}
+	del(0, 40) // a fifth of the rows
+	if native := check(160); native == 0 {
+		t.Fatal("a file with a fifth of its rows deleted was not read natively")
+	}
+	del(40, 150) // three quarters
+	if native := check(50); native != 0 {
+		t.Fatalf("%d mostly deleted files were read natively", native)
+	}
+}
