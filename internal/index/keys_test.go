@@ -275,9 +275,10 @@ func mustEncode(t *testing.T, id uint32, cols []types.Type, vals []any) []byte {
 }
 
 // Every key Pebble makes from ours (index-block separators, successors, a
-// prefix's immediate successor) orders as "prefix by split, then version",
-// as Pebble requires of a comparer with a Split (its invariant builds
-// check it; the default separators broke it).
+// prefix's immediate successor, a bare prefix) orders as "prefix by split,
+// then version", as Pebble requires of a comparer with a Split (its
+// invariant builds check it: the default separators broke it, and so did a
+// split that cut eight bytes off a bare prefix).
 func TestComparerKeysSplitConsistently(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	cols := []types.Type{types.Of(types.Int64), types.Of(types.String)}
@@ -309,10 +310,16 @@ func TestComparerKeysSplitConsistently(t *testing.T) {
 		sep := comparer.Separator(nil, a, b)
 		succ := comparer.Successor(nil, a)
 		next := comparer.ImmediateSuccessor(nil, a[:split(a)])
+		prefix := a[:split(a)]
+		if split(prefix) != len(prefix) {
+			t.Fatalf("split cuts the bare prefix %x to %d bytes", prefix, split(prefix))
+		}
 		for _, k := range keys {
 			check("separator", sep, k)
 			check("successor", succ, k)
 			check("immediate successor", next, k)
+			check("bare prefix", prefix, k) // Pebble compares prefixes of seeks
+			check("bare prefix", prefix, k[:split(k)])
 		}
 		if comparer.Compare(next, a) <= 0 {
 			t.Fatalf("the immediate successor %x of %x's prefix is not after it", next, a)

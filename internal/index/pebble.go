@@ -16,9 +16,9 @@ import (
 
 // Pebble key layout:
 //
-//	'S' entry ^ts     → 8-byte row id, or empty for a tombstone
-//	'M' first         → n (4) file id (8) row group (4) offset (4) [kept (4)…]
-//	'T'               → ts (8): the snapshot a clean stop synced the index at
+//	'S' entry 0x00 ^ts 0x09 → 8-byte row id, or empty for a tombstone
+//	'M' first               → n (4) file id (8) row group (4) offset (4) [kept (4)…]
+//	'T'                     → ts (8): the snapshot a clean stop synced the index at
 //
 // All integers are big-endian. The kept row numbers (first + k, ascending)
 // are there only after storage GC rewrote the range's file: the i-th of
@@ -26,23 +26,30 @@ import (
 //
 // entry is the encoded key (plus the row id for non-unique indexes) and ts
 // is inverted so a key's versions sort newest first: one seek to
-// entry ^ts lands on the newest version ≤ ts. Encoded keys are prefix-free,
-// so the bytes after entry are always exactly the 8 timestamp bytes.
+// entry ^ts lands on the newest version ≤ ts. Encoded keys are prefix-free.
 //
-// The comparer tells Pebble that split (the 'S' prefix and entry, without
-// ^ts) is the key proper: sstables carry bloom filters of it, and a lookup
-// is a prefix seek that skips every sstable whose filter says the entry is
-// not there. Plain byte order is still the key order (entries are
-// prefix-free), so only the name differs from Pebble's default comparer.
+// The comparer tells Pebble that split ('S' entry 0x00, without the
+// version) is the key proper: sstables carry bloom filters of it, and a
+// lookup is a prefix seek that skips every sstable whose filter says the
+// entry is not there. Pebble also splits bare prefixes (and requires that
+// split leaves them whole), so a versioned key says it is one: it ends in
+// 0x09 (the version's length with that byte) after the 0x00 that ends
+// every prefix, and a prefix ends in that 0x00. Plain byte order is still
+// the key order (entries are prefix-free), so only the name and split
+// differ from Pebble's default comparer.
 const (
 	pfxSPI   = 'S'
 	pfxMI    = 'M'
 	keyStamp = 'T'
+	// entryEnd ends every 'S' prefix; versionMark ends every versioned key.
+	entryEnd    = 0x00
+	versionMark = 0x09
+	versionLen  = 9 // ^ts and versionMark
 )
 
 // comparerName is stored in the database; an index made with another
 // comparer does not open and is rebuilt from the files.
-const comparerName = "retina.index.v2"
+const comparerName = "retina.index.v3"
 
 var comparer = func() *pebble.Comparer {
 	c := *pebble.DefaultComparer
@@ -52,22 +59,59 @@ var comparer = func() *pebble.Comparer {
 	// blocks and seeks too, to order as "prefix by split, then version".
 	// The default comparer shortens keys to any bytes in between, which
 	// split would cut in the wrong place; so separators and successors are
-	// the keys themselves, and a prefix's immediate successor is the
-	// prefix with the largest version suffix (no stored version is 0).
+	// the keys themselves. A prefix's immediate successor must sort after
+	// every version of it: for an 'S' prefix, the prefix with its entryEnd
+	// one higher (a bare prefix too, as split sees it).
 	c.Separator = func(dst, a, _ []byte) []byte { return append(dst, a...) }
 	c.Successor = func(dst, a []byte) []byte { return append(dst, a...) }
 	c.ImmediateSuccessor = func(dst, prefix []byte) []byte {
-		return append(append(dst, prefix...), 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF)
+		if len(prefix) >= 2 && prefix[0] == pfxSPI && prefix[len(prefix)-1] == entryEnd {
+			dst = append(dst, prefix...)
+			dst[len(dst)-1]++
+			return dst
+		}
+		return append(append(dst, prefix...), 0)
 	}
 	return &c
 }()
 
-// split is the length of a key without its version suffix.
+// split is the length of a key without its version: the key whole unless
+// it is a versioned 'S' key.
 func split(k []byte) int {
-	if len(k) > 9 && k[0] == pfxSPI {
-		return len(k) - 8
+	n := len(k)
+	if n >= 2+versionLen && k[0] == pfxSPI && k[n-1] == versionMark && k[n-1-versionLen] == entryEnd {
+		return n - versionLen
 	}
-	return len(k)
+	return n
+}
+
+// spiPrefix is entry's prefix: every version's key starts with it.
+func spiPrefix(dst, entry []byte) []byte {
+	dst = append(dst, pfxSPI)
+	dst = append(dst, entry...)
+	return append(dst, entryEnd)
+}
+
+func spiKey(dst, entry []byte, ts uint64) []byte {
+	return versioned(spiPrefix(dst, entry), ts)
+}
+
+// versioned appends the version ts to a prefix.
+func versioned(prefix []byte, ts uint64) []byte {
+	return append(binary.BigEndian.AppendUint64(prefix, ^ts), versionMark)
+}
+
+// versionOf is the timestamp of a versioned key.
+func versionOf(k []byte) uint64 {
+	return ^binary.BigEndian.Uint64(k[len(k)-versionLen:])
+}
+
+// pastPrefix is the smallest key after every version of prefix: the
+// prefix with its last byte (entryEnd) one higher.
+func pastPrefix(prefix []byte) []byte {
+	out := bytes.Clone(prefix)
+	out[len(out)-1]++
+	return out
 }
 
 type pebbleSPI struct {
@@ -112,12 +156,6 @@ func openPebble(cfg Config) (*pebbleSPI, error) {
 	return &pebbleSPI{db: db, cache: cache, wopt: wopt, noWAL: cfg.NoWAL, log: cfg.Logger}, nil
 }
 
-func spiKey(dst, entry []byte, ts uint64) []byte {
-	dst = append(dst, pfxSPI)
-	dst = append(dst, entry...)
-	return binary.BigEndian.AppendUint64(dst, ^ts)
-}
-
 func (p *pebbleSPI) apply(ops []op) error {
 	b := p.db.NewBatch()
 	defer b.Close()
@@ -138,16 +176,6 @@ func (p *pebbleSPI) apply(ops []op) error {
 	return nil
 }
 
-// bound makes an 'S' bound or seek key from a key prefix k: k followed by
-// the version suffix of the newest possible version (^MaxUint64, all
-// zeros). Every 'S' key Pebble sees must end in a version, or split would
-// cut an unversioned one in the wrong place; no stored key lies between k
-// and the bound, as every stored key has at least eight bytes after any
-// entry prefix.
-func bound(k []byte) []byte {
-	return append(k, 0, 0, 0, 0, 0, 0, 0, 0)
-}
-
 // upperBound is the smallest key greater than every key with prefix p.
 func upperBound(p []byte) []byte {
 	up := bytes.Clone(p)
@@ -161,13 +189,13 @@ func upperBound(p []byte) []byte {
 }
 
 func (p *pebbleSPI) lookup(entry []byte, ts uint64) (uint64, bool, error) {
-	lower := append([]byte{pfxSPI}, entry...)
-	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: bound(bytes.Clone(lower)), UpperBound: bound(upperBound(lower))})
+	prefix := spiPrefix(nil, entry)
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: pastPrefix(prefix)})
 	if err != nil {
 		return 0, false, fmt.Errorf("index: iterator: %w", err)
 	}
 	defer it.Close()
-	return readVersion(it, spiKey(nil, entry, ts), len(lower))
+	return readVersion(it, versioned(bytes.Clone(prefix), ts), len(prefix))
 }
 
 func (p *pebbleSPI) lookupBatch(entries [][]byte, ts uint64, out []Found) error {
@@ -179,7 +207,7 @@ func (p *pebbleSPI) lookupBatch(entries [][]byte, ts uint64, out []Found) error 
 	var seek []byte
 	for i, e := range entries {
 		seek = spiKey(seek[:0], e, ts)
-		id, ok, err := readVersion(it, seek, 1+len(e))
+		id, ok, err := readVersion(it, seek, len(seek)-versionLen)
 		if err != nil {
 			return err
 		}
@@ -207,7 +235,7 @@ func (p *pebbleSPI) mutate(muts []Mutation) error {
 			cur, found = w, true
 		} else {
 			seek = spiKey(seek[:0], m.Key.enc, m.TS)
-			id, live, err := readVersion(it, seek, 1+len(m.Key.enc))
+			id, live, err := readVersion(it, seek, len(seek)-versionLen)
 			if err != nil {
 				return err
 			}
@@ -240,16 +268,12 @@ func (p *pebbleSPI) mutate(muts []Mutation) error {
 	return nil
 }
 
-// readVersion seeks to seek (entry ^ts) and decodes the version found, if it
-// belongs to the entry (length prefixLen+8).
+// readVersion seeks to seek (a prefix and a version) and decodes the version
+// found, if it has the same prefix (of length prefixLen).
 func readVersion(it *pebble.Iterator, seek []byte, prefixLen int) (uint64, bool, error) {
-	var found bool
-	if len(seek) == prefixLen+8 && split(seek) == prefixLen {
-		found = it.SeekPrefixGE(seek) // bloom filters skip sstables without the entry
-	} else {
-		found = it.SeekGE(seek)
-	}
-	if !found || len(it.Key()) != prefixLen+8 || !bytes.Equal(it.Key()[:prefixLen], seek[:prefixLen]) {
+	// A prefix seek: bloom filters skip sstables without the entry.
+	found := it.SeekPrefixGE(seek)
+	if !found || len(it.Key()) != prefixLen+versionLen || !bytes.Equal(it.Key()[:prefixLen], seek[:prefixLen]) {
 		return 0, false, it.Error()
 	}
 	v, err := it.ValueAndErr()
@@ -267,21 +291,21 @@ func readVersion(it *pebble.Iterator, seek []byte, prefixLen int) (uint64, bool,
 
 func (p *pebbleSPI) scan(prefix []byte, ts uint64, fn func(uint64)) error {
 	lower := append([]byte{pfxSPI}, prefix...)
-	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: bound(bytes.Clone(lower)), UpperBound: bound(upperBound(lower))})
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upperBound(lower)})
 	if err != nil {
 		return fmt.Errorf("index: iterator: %w", err)
 	}
 	defer it.Close()
-	entryLen := len(lower) + 8 // prefix + row id
+	keyLen := len(lower) + 8 + 1 + versionLen // prefix, row id, entryEnd, version
 	var seek []byte
 	for ok := it.First(); ok; {
 		k := it.Key()
-		if len(k) != entryLen+8 {
+		if len(k) != keyLen || split(k) != keyLen-versionLen {
 			return fmt.Errorf("index: unexpected key %x under non-unique prefix", k)
 		}
-		entry := bytes.Clone(k[:entryLen])
-		seek = binary.BigEndian.AppendUint64(append(seek[:0], entry...), ^ts)
-		id, live, err := readVersion(it, seek, entryLen)
+		entryPrefix := bytes.Clone(k[:keyLen-versionLen])
+		seek = versioned(append(seek[:0], entryPrefix...), ts)
+		id, live, err := readVersion(it, seek, len(entryPrefix))
 		if err != nil {
 			return err
 		}
@@ -289,7 +313,7 @@ func (p *pebbleSPI) scan(prefix []byte, ts uint64, fn func(uint64)) error {
 			fn(id)
 		}
 		// Next row id: past every version of this entry.
-		ok = it.SeekGE(bound(upperBound(entry)))
+		ok = it.SeekGE(pastPrefix(entryPrefix))
 	}
 	return it.Error()
 }
@@ -312,7 +336,7 @@ func (p *pebbleSPI) revert(ops []op) error {
 
 func (p *pebbleSPI) each(prefix []byte, ts uint64, fn func(entry []byte, rowID uint64) error) error {
 	lower := append([]byte{pfxSPI}, prefix...)
-	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: bound(bytes.Clone(lower)), UpperBound: bound(upperBound(lower))})
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upperBound(lower)})
 	if err != nil {
 		return fmt.Errorf("index: iterator: %w", err)
 	}
@@ -320,21 +344,22 @@ func (p *pebbleSPI) each(prefix []byte, ts uint64, fn func(entry []byte, rowID u
 	var seek []byte
 	for ok := it.First(); ok; {
 		k := it.Key()
-		if len(k) < len(lower)+8 {
-			return fmt.Errorf("index: short key %x", k)
+		n := split(k)
+		if n == len(k) || n < len(lower)+1 {
+			return fmt.Errorf("index: key %x has no version", k)
 		}
-		entry := bytes.Clone(k[:len(k)-8])
-		seek = binary.BigEndian.AppendUint64(append(seek[:0], entry...), ^ts)
-		id, live, err := readVersion(it, seek, len(entry))
+		entryPrefix := bytes.Clone(k[:n])
+		seek = versioned(append(seek[:0], entryPrefix...), ts)
+		id, live, err := readVersion(it, seek, len(entryPrefix))
 		if err != nil {
 			return err
 		}
 		if live {
-			if err := fn(entry[1:], id); err != nil {
+			if err := fn(entryPrefix[1:len(entryPrefix)-1], id); err != nil {
 				return err
 			}
 		}
-		ok = it.SeekGE(bound(upperBound(entry))) // the next entry, past every version of this one
+		ok = it.SeekGE(pastPrefix(entryPrefix)) // the next entry, past every version of this one
 	}
 	return it.Error()
 }
@@ -352,10 +377,11 @@ func (p *pebbleSPI) purge(gcTS uint64) (int, error) {
 	seenVisible := false // the current entry's newest version ≤ gcTS was passed
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
-		if len(k) < 9 {
-			return removed, fmt.Errorf("index: short key %x", k)
+		n := split(k)
+		if n == len(k) {
+			return removed, fmt.Errorf("index: key %x has no version", k)
 		}
-		e, ts := k[:len(k)-8], ^binary.BigEndian.Uint64(k[len(k)-8:])
+		e, ts := k[:n], versionOf(k)
 		if !bytes.Equal(e, entry) {
 			entry = append(entry[:0], e...)
 			seenVisible = false
