@@ -389,3 +389,46 @@ func openStored(t *testing.T, data []byte) (*ObjectReader, *File) {
 	t.Cleanup(func() { f.Close() })
 	return r, f
 }
+
+// TestLocalReadRowIsOneRead: on a local file a point read of every column
+// reads its pages with one read, not one per page: each read is a system
+// call, which from inside a DuckDB callback may wait for the scheduler.
+func TestLocalReadRowIsOneRead(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(4, 2))
+	schema := testSchema()
+	rec := randomRecord(rng, schema, 20000, func(i int) int64 { return int64(i + 1) })
+	defer rec.Release()
+	data, _ := writeFile(t, []arrow.RecordBatch{rec}, WriterOptions{})
+	s := openTestStore(t, "file://"+t.TempDir(), RetryPolicy{})
+	if err := s.Put(ctx, "f.parquet", data); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.ReaderAt(ctx, "f.parquet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := OpenFile(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	all := make([]int, schema.NumFields()-1) // the table columns, not create_ts
+	for i := range all {
+		all[i] = i
+	}
+	reads := r.Reads()
+	got, err := f.ReadRow(ctx, 12345, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Release()
+	for i, c := range all {
+		if !sameCell(got.Column(i), 0, rec.Column(c), 12345) {
+			t.Fatalf("column %s: %v, want %v", got.ColumnName(i), got.Column(i).ValueStr(0), rec.Column(c).ValueStr(12345))
+		}
+	}
+	if n := r.Reads() - reads; n != 1 {
+		t.Fatalf("a point read of %d columns made %d reads of the local file, want 1", len(all), n)
+	}
+}

@@ -26,6 +26,10 @@ import (
 // fetches of each page.
 const pointReadBuffer = 16 << 10
 
+// pointReadCoalesce is the most a point read of a local file reads at once
+// to cover all its spans in one read.
+const pointReadCoalesce = 8 << 20
+
 // pointReadFetches bounds a point read's parallel range reads.
 const pointReadFetches = 8
 
@@ -169,6 +173,20 @@ type fetched struct {
 // fetch reads spans, in parallel where each read waits for a remote store.
 func (p *pointSource) fetch(ctx context.Context, spans []span) error {
 	if isLocal(p.src) {
+		if len(spans) > 1 {
+			// One read of everything between the first span and the last,
+			// when that is not much: every read is a system call, and a
+			// point read runs in a callback from DuckDB, where each call
+			// may wait for the Go scheduler to hand back a processor (on
+			// two cores, milliseconds). Copying a few MiB costs less.
+			from, to := spans[0].off, spans[0].end
+			for _, s := range spans[1:] {
+				from, to = min(from, s.off), max(to, s.end)
+			}
+			if to-from <= pointReadCoalesce {
+				spans = []span{{from, to}}
+			}
+		}
 		for _, s := range spans {
 			buf := make([]byte, s.end-s.off)
 			if n, err := p.src.ReadAt(buf, s.off); n < len(buf) {
