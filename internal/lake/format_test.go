@@ -121,19 +121,7 @@ func TestRoundTripEveryType(t *testing.T) {
 				randomRecord(rng, schema, 650, func(i int) int64 { return int64(5000 - i) }),
 			}
 			data, groups := writeFile(t, recs, WriterOptions{RowGroupRows: 500})
-			s := openTestStore(t, bc.url(t), RetryPolicy{})
-			if err := s.Put(ctx, "t/f1.parquet", data); err != nil {
-				t.Fatal(err)
-			}
-			r, err := s.ReaderAt(ctx, "t/f1.parquet")
-			if err != nil {
-				t.Fatal(err)
-			}
-			f, err := OpenFile(r, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
+			_, f := putAndOpen(t, openTestStore(t, bc.url(t), RetryPolicy{}), "t/f1.parquet", data)
 			if !f.Schema().Equal(schema) {
 				t.Fatalf("schema %s, want %s", f.Schema(), schema)
 			}
@@ -373,12 +361,18 @@ func TestReadRowWithoutOffsetIndex(t *testing.T) {
 // reader counts the requests made.
 func openStored(t *testing.T, data []byte) (*ObjectReader, *File) {
 	t.Helper()
+	return putAndOpen(t, openTestStore(t, "mem://", RetryPolicy{}), "f", data)
+}
+
+// putAndOpen stores data under key and opens it as a Parquet file, closed
+// when the test ends.
+func putAndOpen(t *testing.T, s *Store, key string, data []byte) (*ObjectReader, *File) {
+	t.Helper()
 	ctx := context.Background()
-	s := openTestStore(t, "mem://", RetryPolicy{})
-	if err := s.Put(ctx, "f", data); err != nil {
+	if err := s.Put(ctx, key, data); err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.ReaderAt(ctx, "f")
+	r, err := s.ReaderAt(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,19 +394,7 @@ func TestLocalReadRowIsOneRead(t *testing.T) {
 	rec := randomRecord(rng, schema, 20000, func(i int) int64 { return int64(i + 1) })
 	defer rec.Release()
 	data, _ := writeFile(t, []arrow.RecordBatch{rec}, WriterOptions{})
-	s := openTestStore(t, "file://"+t.TempDir(), RetryPolicy{})
-	if err := s.Put(ctx, "f.parquet", data); err != nil {
-		t.Fatal(err)
-	}
-	r, err := s.ReaderAt(ctx, "f.parquet")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := OpenFile(r, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	r, f := putAndOpen(t, openTestStore(t, "file://"+t.TempDir(), RetryPolicy{}), "f.parquet", data)
 	all := make([]int, schema.NumFields()-1) // the table columns, not create_ts
 	for i := range all {
 		all[i] = i
