@@ -66,9 +66,7 @@ var comparer = func() *pebble.Comparer {
 	c.Successor = func(dst, a []byte) []byte { return append(dst, a...) }
 	c.ImmediateSuccessor = func(dst, prefix []byte) []byte {
 		if len(prefix) >= 2 && prefix[0] == pfxSPI && prefix[len(prefix)-1] == entryEnd {
-			dst = append(dst, prefix...)
-			dst[len(dst)-1]++
-			return dst
+			return appendPastPrefix(dst, prefix)
 		}
 		return append(append(dst, prefix...), 0)
 	}
@@ -106,12 +104,12 @@ func versionOf(k []byte) uint64 {
 	return ^binary.BigEndian.Uint64(k[len(k)-versionLen:])
 }
 
-// pastPrefix is the smallest key after every version of prefix: the
-// prefix with its last byte (entryEnd) one higher.
-func pastPrefix(prefix []byte) []byte {
-	out := bytes.Clone(prefix)
-	out[len(out)-1]++
-	return out
+// appendPastPrefix appends the smallest key after every version of
+// prefix: the prefix with its last byte (entryEnd) one higher.
+func appendPastPrefix(dst, prefix []byte) []byte {
+	dst = append(dst, prefix...)
+	dst[len(dst)-1]++
+	return dst
 }
 
 type pebbleSPI struct {
@@ -190,7 +188,7 @@ func upperBound(p []byte) []byte {
 
 func (p *pebbleSPI) lookup(entry []byte, ts uint64) (uint64, bool, error) {
 	prefix := spiPrefix(nil, entry)
-	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: pastPrefix(prefix)})
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: appendPastPrefix(nil, prefix)})
 	if err != nil {
 		return 0, false, fmt.Errorf("index: iterator: %w", err)
 	}
@@ -313,7 +311,7 @@ func (p *pebbleSPI) scan(prefix []byte, ts uint64, fn func(uint64)) error {
 			fn(id)
 		}
 		// Next row id: past every version of this entry.
-		ok = it.SeekGE(pastPrefix(entryPrefix))
+		ok = it.SeekGE(appendPastPrefix(nil, entryPrefix))
 	}
 	return it.Error()
 }
@@ -359,7 +357,7 @@ func (p *pebbleSPI) each(prefix []byte, ts uint64, fn func(entry []byte, rowID u
 				return err
 			}
 		}
-		ok = it.SeekGE(pastPrefix(entryPrefix)) // the next entry, past every version of this one
+		ok = it.SeekGE(appendPastPrefix(nil, entryPrefix)) // the next entry, past every version of this one
 	}
 	return it.Error()
 }
