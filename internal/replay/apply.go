@@ -66,6 +66,8 @@ func (r *Replayer) Apply(ctx context.Context, b Batch) error {
 // updates that read the current version.
 func (r *Replayer) applyOps(ctx context.Context, u *undoLog, b Batch) error {
 	ops := b.Ops
+	r.shapes.RLock()
+	defer r.shapes.RUnlock()
 	bad, badErr := r.conform(ops)
 	if n, err := r.resolveContent(ctx, ops[:bad]); err != nil {
 		bad, badErr = n, err // it failed before

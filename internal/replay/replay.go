@@ -168,6 +168,10 @@ type Replayer struct {
 
 	mu     sync.Mutex
 	tables map[uint32]*tableState
+	// shapes is read-held while a batch applies and write-held while widen
+	// gives a table more columns, so one batch sees one width of each
+	// table from conform to its last operation, whatever other buckets do.
+	shapes sync.RWMutex
 
 	filesMu sync.RWMutex
 	files   map[uint64]*visibility.RowGroup // visibility of files this replayer owns
@@ -268,81 +272,78 @@ func (r *Replayer) table(id uint32) (*tableState, error) {
 
 // widen gives a table the columns the catalog has for it now, once an
 // operation brings a row of width values: the source added columns at the
-// table's end (catalog.Catalog.AddColumn). Buckets still holding the old
-// state append narrower rows, which the buffer pads with NULL.
-func (r *Replayer) widen(id uint32, width int) (*tableState, error) {
+// table's end (catalog.Catalog.AddColumn). It waits for the batches being
+// applied (shapes); the buffer pads the narrower rows they appended.
+func (r *Replayer) widen(id uint32, width int) error {
+	r.shapes.Lock()
+	defer r.shapes.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := r.tables[id]
 	if width <= len(st.cols) {
-		return st, nil
+		return nil
 	}
 	t, ok := r.cfg.Catalog.Snapshot().TableByID(id)
 	if !ok {
-		return nil, fmt.Errorf("replay: table %d is not in the catalog", id)
+		return fmt.Errorf("replay: table %d is not in the catalog", id)
 	}
 	if len(t.Schema.Columns) < width {
-		return nil, fmt.Errorf("row has %d values, and the catalog gives the table %d columns", width, len(t.Schema.Columns))
+		return fmt.Errorf("row has %d values, and the catalog gives the table %d columns", width, len(t.Schema.Columns))
 	}
 	cols := writebuffer.TableColumns(t.Schema)
 	if err := st.buf.Widen(cols); err != nil {
-		return nil, err
+		return err
 	}
 	wide := *st
 	wide.table, wide.cols = t, cols
 	r.tables[id] = &wide
-	return &wide, nil
+	return nil
 }
 
 // conform fits every operation's images to its table's columns: a wider one
 // widens the table (widen), a narrower one was written before the table
-// gained columns and gets NULL in them. When an operation cannot be fitted
-// it returns its index with an *OpError; those before it are fitted.
+// gained columns and gets NULL in them. The caller holds shapes for
+// reading, which conform gives up while it widens. When an operation
+// cannot be fitted it returns its index with an *OpError; those before it
+// are fitted.
 func (r *Replayer) conform(ops []Op) (int, error) {
-	var (
-		lastID uint32
-		last   *tableState
-	)
-	state := func(id uint32) *tableState { // most batches hold few tables
-		if last == nil || id != lastID {
-			st, err := r.table(id)
-			if err != nil {
-				return nil // prepare says so, in order
+	for {
+		var (
+			lastID uint32
+			last   *tableState
+		)
+		wider, width := -1, 0
+		for i := range ops {
+			op := &ops[i]
+			if op.Kind == Truncate {
+				continue
 			}
-			lastID, last = id, st
-		}
-		return last
-	}
-	bad, badErr := len(ops), error(nil)
-	narrow := false
-	for i := range ops { // widen first: a batch may hold both shapes
-		op := &ops[i]
-		st := state(op.Table)
-		if op.Kind == Truncate || st == nil {
-			continue
-		}
-		width := max(len(op.Row), len(op.Before))
-		narrow = narrow || width < len(st.cols) || op.Row != nil && op.Before != nil && len(op.Row) != len(op.Before)
-		if width > len(st.cols) {
-			narrow = true // what came before in the batch may be narrower now
-			if last, badErr = r.widen(op.Table, width); badErr != nil {
-				bad, badErr = i, r.opError(&step{op: op}, badErr)
+			if last == nil || op.Table != lastID { // most batches hold few tables
+				st, err := r.table(op.Table)
+				if err != nil {
+					continue // prepare says so, in order
+				}
+				lastID, last = op.Table, st
+			}
+			if w := max(len(op.Row), len(op.Before)); w > len(last.cols) {
+				wider, width = i, w
 				break
 			}
+			op.Row = padded(op.Row, last.cols)
+			op.Before = padded(op.Before, last.cols)
+		}
+		if wider < 0 {
+			return len(ops), nil
+		}
+		// Widening is rare (a column added upstream); the pass starts over,
+		// as the rows before the wider one are narrower now.
+		r.shapes.RUnlock()
+		err := r.widen(ops[wider].Table, width)
+		r.shapes.RLock()
+		if err != nil {
+			return wider, r.opError(&step{op: &ops[wider]}, err)
 		}
 	}
-	if !narrow {
-		return bad, badErr // the common case: every image fits already
-	}
-	last = nil
-	for i := range ops[:bad] {
-		op := &ops[i]
-		if st := state(op.Table); st != nil && op.Kind != Truncate {
-			op.Row = padded(op.Row, st.cols)
-			op.Before = padded(op.Before, st.cols)
-		}
-	}
-	return bad, badErr
 }
 
 // padded is row with NULL in the nullable columns past its end.

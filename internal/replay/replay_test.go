@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -450,4 +451,63 @@ func TestConcurrentBucketsReadersAndFlush(t *testing.T) {
 	wg.Wait()
 	buf, _ := e.rp.Buffer(e.table.ID)
 	t.Logf("%d scans; buffer %+v; replayer %+v", scans, buf.Stats(), e.rp.Stats())
+}
+
+// TestWidenWhileOtherBucketsApply: one bucket brings rows of a table that
+// keeps gaining columns while another applies rows of its first width. A
+// batch must see one width of the table from start to end: the narrow rows
+// are padded with NULL, never rejected for the columns added meanwhile
+// ("after image has 4 values for 5 columns"), and every row reads back.
+func TestWidenWhileOtherBucketsApply(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, "memory", 64, 4)
+	added := 40
+	if testing.Short() {
+		added = 20
+	}
+	var ts atomic.Uint64
+	narrowRows := 0
+	done := make(chan struct{})
+	var narrow sync.WaitGroup
+	narrow.Go(func() {
+		for id := int64(1_000_000); ; id++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			ops := make([]replay.Op, 8)
+			for i := range ops {
+				ops[i] = replay.Op{TS: ts.Add(1), Table: e.table.ID, Kind: replay.Insert, Row: []any{id*10 + int64(i), int64(1), int64(1), nil}}
+			}
+			if err := e.rp.Apply(ctx, replay.Batch{Bucket: 1, Buckets: 2, Ops: ops}); err != nil {
+				t.Errorf("narrow rows after %d: %v", narrowRows, err)
+				return
+			}
+			narrowRows += len(ops)
+		}
+	})
+	for k := range added {
+		tb, err := e.cat.AddColumn(ctx, e.table.ID, catalog.Column{Name: fmt.Sprintf("c%d", k), Type: types.Of(types.Int64), Nullable: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		row := []any{int64(k), int64(0), int64(0), nil}
+		for range k + 1 {
+			row = append(row, int64(k))
+		}
+		op := replay.Op{TS: ts.Add(1), Table: tb.ID, Kind: replay.Insert, Row: row}
+		if err := e.rp.Apply(ctx, replay.Batch{Bucket: 0, Buckets: 2, Ops: []replay.Op{op}}); err != nil {
+			t.Fatalf("row of %d columns: %v", len(row), err)
+		}
+	}
+	close(done)
+	narrow.Wait()
+	if t.Failed() {
+		return
+	}
+	e.table, _ = e.cat.Snapshot().TableByID(e.table.ID)
+	if got := len(e.read(t, ts.Load())); got != added+narrowRows {
+		t.Fatalf("%d rows read back, want %d wide and %d narrow", got, added, narrowRows)
+	}
 }
