@@ -3,8 +3,11 @@ package lake
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -384,33 +387,80 @@ func putAndOpen(t *testing.T, s *Store, key string, data []byte) (*ObjectReader,
 	return r, f
 }
 
-// TestLocalReadRowIsOneRead: on a local file a point read of every column
-// reads its pages with one read, not one per page: each read is a system
-// call, which from inside a DuckDB callback may wait for the scheduler.
-func TestLocalReadRowIsOneRead(t *testing.T) {
+// TestLocalReadsComeFromTheMapping: a local file is read where it is
+// mapped, once for every read: a point read makes no open, read or close of
+// the file (each a system call, which from inside a DuckDB callback may wait
+// for the scheduler). Reads go on after the file's name is gone; the store's
+// own delete unmaps it, and a write of the key is read anew.
+func TestLocalReadsComeFromTheMapping(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(4, 2))
 	schema := testSchema()
 	rec := randomRecord(rng, schema, 20000, func(i int) int64 { return int64(i + 1) })
 	defer rec.Release()
 	data, _ := writeFile(t, []arrow.RecordBatch{rec}, WriterOptions{})
-	r, f := putAndOpen(t, openTestStore(t, "file://"+t.TempDir(), RetryPolicy{}), "f.parquet", data)
+	dir := t.TempDir()
+	s := openTestStore(t, "file://"+dir, RetryPolicy{})
+	if err := s.Put(ctx, "f.parquet", data); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.MappedReaderAt(ctx, "f.parquet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := OpenFile(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
 	all := make([]int, schema.NumFields()-1) // the table columns, not create_ts
 	for i := range all {
 		all[i] = i
 	}
-	reads := r.Reads()
-	got, err := f.ReadRow(ctx, 12345, all)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer got.Release()
-	for i, c := range all {
-		if !sameCell(got.Column(i), 0, rec.Column(c), 12345) {
-			t.Fatalf("column %s: %v, want %v", got.ColumnName(i), got.Column(i).ValueStr(0), rec.Column(c).ValueStr(12345))
+	check := func(row int64) {
+		t.Helper()
+		got, err := f.ReadRow(ctx, row, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer got.Release()
+		for i, c := range all {
+			if !sameCell(got.Column(i), 0, rec.Column(c), int(row)) {
+				t.Fatalf("row %d column %s: %v, want %v", row, got.ColumnName(i), got.Column(i).ValueStr(0), rec.Column(c).ValueStr(int(row)))
+			}
 		}
 	}
-	if n := r.Reads() - reads; n != 1 {
-		t.Fatalf("a point read of %d columns made %d reads of the local file, want 1", len(all), n)
+	check(12345)
+	if n := s.MappedObjects(); n != 1 {
+		t.Fatalf("%d objects mapped after a point read, want 1", n)
+	}
+	if err := os.Remove(filepath.Join(dir, "f.parquet")); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range []int64{0, 7, 19999, 12345} {
+		check(row) // from the mapping: the name is gone
+	}
+	if err := s.Delete(ctx, "f.parquet"); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.MappedObjects(); n != 0 {
+		t.Fatalf("%d objects mapped after the delete, want 0", n)
+	}
+	if _, err := s.MappedReaderAt(ctx, "f.parquet"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("reader of a deleted object: %v, want ErrNotFound", err)
+	}
+	// A key written again is read as written, not as it was mapped.
+	for _, content := range []string{"first version", "the second, longer version"} {
+		if err := s.Put(ctx, "k", []byte(content)); err != nil {
+			t.Fatal(err)
+		}
+		r, err := s.MappedReaderAt(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, r.Size())
+		if _, err := r.ReadAt(got, 0); err != nil || string(got) != content {
+			t.Fatalf("read %q (%v), want %q", got, err, content)
+		}
 	}
 }

@@ -19,16 +19,13 @@ import (
 // offset index per column chunk (the first row and byte range of every
 // page), so a point read fetches, for each projected column, the page that
 // holds the row and the column's dictionary page, all at once and in
-// parallel, and decodes only those. A scan never reads this way.
+// parallel (a local file: reads them where it is mapped), and decodes only
+// those. A scan never reads this way.
 
 // pointReadBuffer is how much the Parquet reader reads at a page's start
 // (its header, and its body when that fits), and so the least a point read
 // fetches of each page.
 const pointReadBuffer = 16 << 10
-
-// pointReadCoalesce is the most a point read of a local file reads at once
-// to cover all its spans in one read.
-const pointReadCoalesce = 8 << 20
 
 // pointReadFetches bounds a point read's parallel range reads.
 const pointReadFetches = 8
@@ -69,7 +66,13 @@ func (f *File) ReadRow(ctx context.Context, row int64, cols []int) (arrow.Record
 func (f *File) readRow(ctx context.Context, rg int, within int64, idx []int) (arrow.RecordBatch, error) {
 	// A reader of its own over the same footer: it streams column chunks
 	// (a scan's reader fetches each whole) and decodes batches of one row.
-	src := &pointSource{src: f.src}
+	// A local file is read where it is mapped (mapped.go); from any other
+	// store the pages the row needs are fetched up front, in parallel.
+	var src parquet.ReaderAtSeeker = f.src
+	fetching := !isLocal(f.src)
+	if fetching {
+		src = &pointSource{src: f.src}
+	}
 	props := parquet.NewReaderProperties(f.mem)
 	props.BufferedStreamEnabled = true
 	props.BufferSize = pointReadBuffer
@@ -78,12 +81,14 @@ func (f *File) readRow(ctx context.Context, rg int, within int64, idx []int) (ar
 		return nil, fmt.Errorf("%w: %w", ErrBadFile, err)
 	}
 	// Not closed: closing would close f's source, which it shares.
-	spans, err := pageSpans(pf, rg, within, idx)
-	if err != nil {
-		return nil, fmt.Errorf("offset index: %w", err) // a read's error or a bad index
-	}
-	if err := src.fetch(ctx, spans); err != nil {
-		return nil, err
+	if fetching {
+		spans, err := pageSpans(pf, rg, within, idx)
+		if err != nil {
+			return nil, fmt.Errorf("offset index: %w", err) // a read's error or a bad index
+		}
+		if err := src.(*pointSource).fetch(ctx, spans); err != nil {
+			return nil, err
+		}
 	}
 	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 1}, f.mem)
 	if err != nil {
@@ -172,30 +177,6 @@ type fetched struct {
 
 // fetch reads spans, in parallel where each read waits for a remote store.
 func (p *pointSource) fetch(ctx context.Context, spans []span) error {
-	if isLocal(p.src) {
-		if len(spans) > 1 {
-			// One read of everything between the first span and the last,
-			// when that is not much: every read is a system call, and a
-			// point read runs in a callback from DuckDB, where each call
-			// may wait for the Go scheduler to hand back a processor (on
-			// two cores, milliseconds). Copying a few MiB costs less.
-			from, to := spans[0].off, spans[0].end
-			for _, s := range spans[1:] {
-				from, to = min(from, s.off), max(to, s.end)
-			}
-			if to-from <= pointReadCoalesce {
-				spans = []span{{from, to}}
-			}
-		}
-		for _, s := range spans {
-			buf := make([]byte, s.end-s.off)
-			if n, err := p.src.ReadAt(buf, s.off); n < len(buf) {
-				return fmt.Errorf("read %d bytes at %d: %w", len(buf), s.off, err)
-			}
-			p.keep(s.off, buf)
-		}
-		return nil
-	}
 	g, _ := errgroup.WithContext(ctx)
 	g.SetLimit(pointReadFetches)
 	for _, s := range spans {

@@ -80,7 +80,8 @@ type Options struct {
 type Store struct {
 	bucket *blob.Bucket
 	url    string
-	dir    string // a file:// bucket's directory: range reads go straight to its files
+	dir    string    // a file:// bucket's directory: range reads go straight to its files
+	maps   *mappings // of a file:// bucket's objects (mapped.go)
 	retry  RetryPolicy
 	log    *slog.Logger
 }
@@ -124,7 +125,7 @@ func Open(ctx context.Context, bucketURL string, opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Store{bucket: b, url: bucketURL, dir: dir, retry: r, log: opts.Logger}, nil
+	return &Store{bucket: b, url: bucketURL, dir: dir, maps: newMappings(defaultMappedObjects), retry: r, log: opts.Logger}, nil
 }
 
 // Retry is the store's retry policy.
@@ -163,8 +164,15 @@ func LocalPath(dir, key string) (string, bool) {
 // URL is the bucket URL the store was opened with.
 func (s *Store) URL() string { return s.url }
 
-// Close releases the bucket.
-func (s *Store) Close() error { return s.bucket.Close() }
+// Close releases the bucket and unmaps its objects.
+func (s *Store) Close() error {
+	s.maps.closeAll()
+	return s.bucket.Close()
+}
+
+// MappedObjects is how many objects of a file:// bucket are mapped for
+// reading now.
+func (s *Store) MappedObjects() int { return s.maps.len() }
 
 // permanent reports errors that a retry cannot fix.
 func permanent(err error) bool {
@@ -241,6 +249,8 @@ func (s *Store) PutIfAbsent(ctx context.Context, key string, data []byte) error 
 // (CRC32). A write that fails is cancelled before Close, so nothing is
 // committed under the key.
 func (s *Store) write(ctx context.Context, key string, data []byte, opts *blob.WriterOptions) error {
+	s.maps.forget(key)
+	defer s.maps.forget(key)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w, err := s.bucket.NewWriter(ctx, key, opts)
@@ -285,44 +295,70 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 
 // ReadRange reads n bytes at offset off of an object.
 func (s *Store) ReadRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
-	var data []byte
-	err := s.do(ctx, "read-range", key, func(ctx context.Context) error {
+	buf := make([]byte, n)
+	if err := s.readInto(ctx, key, buf, off, false); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+// readInto reads len(p) bytes at offset off of an object into p; of a
+// local object from its mapping if mapped says so.
+func (s *Store) readInto(ctx context.Context, key string, p []byte, off int64, mapped bool) error {
+	return s.do(ctx, "read-range", key, func(ctx context.Context) error {
 		if path, ok := s.LocalPath(key); ok {
-			// A point read makes a dozen of these: reading the file
-			// skips the blob API's reader and its attribute lookups.
-			buf, err := readLocal(path, off, n)
-			data = buf
-			return err
+			if !mapped {
+				// Skips the blob API's reader and its attribute lookups.
+				return readLocal(path, p, off)
+			}
+			mp, err := s.maps.acquire(key, path)
+			if err != nil {
+				return err
+			}
+			defer s.maps.release(mp)
+			return mp.readAt(p, off)
 		}
-		r, err := s.bucket.NewRangeReader(ctx, key, off, n, nil)
+		r, err := s.bucket.NewRangeReader(ctx, key, off, int64(len(p)), nil)
 		if err != nil {
 			return err
 		}
 		defer r.Close()
-		buf := make([]byte, n)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return fmt.Errorf("read %d bytes at %d: %w", n, off, err)
+		if _, err := io.ReadFull(r, p); err != nil {
+			return fmt.Errorf("read %d bytes at %d: %w", len(p), off, err)
 		}
-		data = buf
 		return nil
 	})
-	return data, err
 }
 
-// readLocal reads n bytes at off of a file.
-func readLocal(path string, off, n int64) ([]byte, error) {
+// readLocal reads len(p) bytes at off of a file into p.
+func readLocal(path string, p []byte, off int64) error {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %w", ErrNotFound, err)
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
 	} else if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
-	buf := make([]byte, n)
-	if _, err := f.ReadAt(buf, off); err != nil {
-		return nil, fmt.Errorf("read %d bytes at %d: %w", n, off, err)
+	if _, err := f.ReadAt(p, off); err != nil {
+		return fmt.Errorf("read %d bytes at %d: %w", len(p), off, err)
 	}
-	return buf, nil
+	return nil
+}
+
+// mappedSize is the length of an object of a file:// bucket, from its
+// mapping (mapped now if it was not).
+func (s *Store) mappedSize(ctx context.Context, key, path string) (int64, error) {
+	var size int64
+	err := s.do(ctx, "stat", key, func(ctx context.Context) error {
+		mp, err := s.maps.acquire(key, path)
+		if err != nil {
+			return err
+		}
+		size = int64(mp.r.Len())
+		s.maps.release(mp)
+		return nil
+	})
+	return size, err
 }
 
 // Size returns an object's length in bytes.
@@ -352,6 +388,7 @@ func (s *Store) Size(ctx context.Context, key string) (int64, error) {
 // Delete removes an object; deleting a missing object is not an error.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	err := s.do(ctx, "delete", key, func(ctx context.Context) error {
+		defer s.maps.forget(key)
 		return s.bucket.Delete(ctx, key)
 	})
 	if errors.Is(err, ErrNotFound) {
@@ -404,16 +441,33 @@ func (s *Store) ReaderAt(ctx context.Context, key string) (*ObjectReader, error)
 	return &ObjectReader{ctx: ctx, store: s, key: key, size: size}, nil
 }
 
+// MappedReaderAt is ReaderAt for many small reads (point lookups): a local
+// object is read where it is mapped (mapped.go), without a system call per
+// read. Scans use ReaderAt: their reads are few and large, and the pages a
+// mapping touches count as the process's own resident memory.
+func (s *Store) MappedReaderAt(ctx context.Context, key string) (*ObjectReader, error) {
+	path, ok := s.LocalPath(key)
+	if !ok {
+		return s.ReaderAt(ctx, key)
+	}
+	size, err := s.mappedSize(ctx, key, path)
+	if err != nil {
+		return nil, err
+	}
+	return &ObjectReader{ctx: ctx, store: s, key: key, size: size, mapped: true}, nil
+}
+
 // ObjectReader reads an object by ranges. It implements io.ReaderAt and
 // io.ReadSeeker, which is what the Parquet reader needs.
 type ObjectReader struct {
-	ctx   context.Context
-	store *Store
-	key   string
-	size  int64
-	pos   int64
-	reads atomic.Int64 // range requests made, for tests and metrics
-	bytes atomic.Int64 // bytes they returned
+	ctx    context.Context
+	store  *Store
+	key    string
+	size   int64
+	mapped bool // reads come from the object's mapping (MappedReaderAt)
+	pos    int64
+	reads  atomic.Int64 // range requests made, for tests and metrics
+	bytes  atomic.Int64 // bytes they returned
 }
 
 // Size is the object's length.
@@ -434,13 +488,12 @@ func (r *ObjectReader) ReadAt(p []byte, off int64) (int, error) {
 		return 0, io.EOF
 	}
 	n := min(int64(len(p)), r.size-off)
-	data, err := r.store.ReadRange(r.ctx, r.key, off, n)
+	err := r.store.readInto(r.ctx, r.key, p[:n], off, r.mapped)
 	r.reads.Add(1)
 	if err != nil {
 		return 0, err
 	}
-	r.bytes.Add(int64(len(data)))
-	copy(p, data)
+	r.bytes.Add(n)
 	if n < int64(len(p)) {
 		return int(n), io.EOF
 	}

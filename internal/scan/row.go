@@ -73,7 +73,7 @@ func (sc *Scanner) readRow(ctx context.Context, t *catalog.Table, f *catalog.Fil
 
 // readRowIn reads row i of a Parquet object.
 func (sc *Scanner) readRowIn(ctx context.Context, t *catalog.Table, key string, i int, cols []int) ([]any, error) {
-	r, err := sc.lake.ReaderAt(ctx, key)
+	r, err := sc.lake.MappedReaderAt(ctx, key)
 	if err != nil {
 		return nil, err
 	}

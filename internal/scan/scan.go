@@ -32,7 +32,8 @@ type Owners func(replayer uint32) (Owner, bool)
 // Lake is what a scan reads from object storage.
 type Lake interface {
 	ReaderAt(ctx context.Context, key string) (*lake.ObjectReader, error)
-	Get(ctx context.Context, key string) ([]byte, error) // a whole (block) object
+	MappedReaderAt(ctx context.Context, key string) (*lake.ObjectReader, error) // point reads
+	Get(ctx context.Context, key string) ([]byte, error)                        // a whole (block) object
 }
 
 // Scanner runs scans; it is safe for concurrent use.
