@@ -90,7 +90,9 @@ func (f *File) readRow(ctx context.Context, rg int, within int64, idx []int) (ar
 			return nil, err
 		}
 	}
-	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 1}, f.mem)
+	// The columns seek and decode in parallel: a lookup waits for all of
+	// them, and decoding their pages is most of its time.
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 1, Parallel: true}, f.mem)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadFile, err)
 	}
