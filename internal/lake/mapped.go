@@ -94,8 +94,8 @@ func (m *mappings) release(mp *mapping) {
 	m.unref(mp)
 }
 
-// forget drops key's mapping, before and after the store writes or
-// deletes the key.
+// forget drops key's mapping once the store has written or deleted the
+// key; a mapping being made meanwhile is not kept (writes).
 func (m *mappings) forget(key string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

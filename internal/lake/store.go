@@ -249,8 +249,7 @@ func (s *Store) PutIfAbsent(ctx context.Context, key string, data []byte) error 
 // (CRC32). A write that fails is cancelled before Close, so nothing is
 // committed under the key.
 func (s *Store) write(ctx context.Context, key string, data []byte, opts *blob.WriterOptions) error {
-	s.maps.forget(key)
-	defer s.maps.forget(key)
+	defer s.maps.forget(key) // after the new file is in place
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w, err := s.bucket.NewWriter(ctx, key, opts)
