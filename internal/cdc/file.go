@@ -128,35 +128,39 @@ func (s *FileSource) Next(ctx context.Context) (Message, error) {
 			}
 		}
 		chunk, err := s.r.ReadSlice('\n') // a view of the reader's buffer
-		if len(chunk) > 0 {
+		line := chunk
+		if err != nil || len(s.carry) > 0 {
+			// Not a whole line in one piece (the usual case, copied once:
+			// into the arena): gather it in carry.
 			s.carry = append(s.carry, chunk...)
-		}
-		switch {
-		case err == nil: // a whole line
-		case errors.Is(err, bufio.ErrBufferFull): // a line longer than the buffer
-			continue
-		case errors.Is(err, io.EOF):
-			last := s.cur == len(s.files)-1
-			if last && s.opts.Follow {
-				select { // wait for the writer to add more
-				case <-ctx.Done():
-					return Message{}, ctx.Err()
-				case <-time.After(s.opts.Poll):
+			switch {
+			case err == nil: // a whole line
+			case errors.Is(err, bufio.ErrBufferFull): // a line longer than the buffer
+				continue
+			case errors.Is(err, io.EOF):
+				last := s.cur == len(s.files)-1
+				if last && s.opts.Follow {
+					select { // wait for the writer to add more
+					case <-ctx.Done():
+						return Message{}, ctx.Err()
+					case <-time.After(s.opts.Poll):
+					}
+					continue
 				}
-				continue
+				if len(s.carry) == 0 {
+					s.f.Close()
+					s.r = nil
+					s.cur++
+					continue
+				}
+				// A last line without a newline still counts.
+			default:
+				return Message{}, fmt.Errorf("cdc: read %s: %w", s.stream, err)
 			}
-			if len(s.carry) == 0 {
-				s.f.Close()
-				s.r = nil
-				s.cur++
-				continue
-			}
-			// A last line without a newline still counts.
-		default:
-			return Message{}, fmt.Errorf("cdc: read %s: %w", s.stream, err)
+			line = s.carry
+			s.carry = s.carry[:0]
 		}
-		line := bytes.TrimSpace(s.carry)
-		s.carry = s.carry[:0]
+		line = bytes.TrimSpace(line)
 		s.line++
 		if len(line) == 0 || s.line < s.opts.Resume[s.stream] {
 			continue
