@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/retinadb/retina/internal/bench"
 	"github.com/retinadb/retina/internal/failpoint"
 )
@@ -104,26 +106,34 @@ func (c *changes) write(t *testing.T, path string) {
 // query returns the rows of a query, one string each.
 func (s *served) query(sql string) []string {
 	s.t.Helper()
+	rows, err := s.tryQuery(sql)
+	if err != nil {
+		s.t.Fatalf("%s: %v", sql, err)
+	}
+	return rows
+}
+
+// tryQuery is query that returns the statement's error instead of
+// failing the test.
+func (s *served) tryQuery(sql string) ([]string, error) {
+	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn := s.connect(ctx)
 	defer conn.Close(ctx)
 	rows, err := conn.Query(ctx, sql)
 	if err != nil {
-		s.t.Fatalf("%s: %v", sql, err)
+		return nil, err
 	}
 	var out []string
 	for rows.Next() {
 		vals, err := rows.Values()
 		if err != nil {
-			s.t.Fatal(err)
+			return nil, err
 		}
 		out = append(out, strings.TrimSpace(fmt.Sprintln(vals...)))
 	}
-	if err := rows.Err(); err != nil {
-		s.t.Fatal(err)
-	}
-	return out
+	return out, rows.Err()
 }
 
 func (s *served) accounts() string {
@@ -163,11 +173,22 @@ func (s *served) waitRows(sql, want string) {
 	s.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		got := strings.Join(s.query(sql), "; ")
-		if got == want {
+		rows, err := s.tryQuery(sql)
+		got := strings.Join(rows, "; ")
+		// A table created at the source reaches Retina with the commit
+		// stream, after the source acknowledged it: until then it is
+		// undefined here, which is one more state to wait through.
+		var pe *pgconn.PgError
+		if err != nil && !(errors.As(err, &pe) && pe.Code == "42P01") {
+			s.t.Fatalf("%s: %v", sql, err)
+		}
+		if err == nil && got == want {
 			return
 		}
 		if time.Now().After(deadline) {
+			if err != nil {
+				s.t.Fatalf("%s: still %v after 60s", sql, err)
+			}
 			s.t.Fatalf("%s: got %q, want %q", sql, got, want)
 		}
 		time.Sleep(20 * time.Millisecond)
