@@ -16,7 +16,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/retinadb/retina/internal/lake"
-	"github.com/retinadb/retina/internal/types"
 )
 
 // LakeConfig sizes the lake benchmark.
@@ -32,20 +31,14 @@ func DefaultLakeConfig() LakeConfig {
 	return LakeConfig{Rows: 2_000_000, RowGroupRows: 1 << 18, DeletedPct: 1, Seed: 1}
 }
 
-// TransferSchema is a HyBench transfer-like table of ten columns.
+// TransferSchema is a HyBench transfer-like table of ten columns, as a
+// file of the table transferColumns declares holds them: a column declared
+// NOT NULL is a required Parquet column, without definition levels.
 func TransferSchema() *arrow.Schema {
-	cols := []struct {
-		name string
-		t    types.Type
-	}{
-		{"id", types.Of(types.Int64)}, {"source_id", types.Of(types.Int64)}, {"target_id", types.Of(types.Int64)},
-		{"amount", types.DecimalOf(15, 2)}, {"type", types.Of(types.String)}, {"created", types.Of(types.Timestamp)},
-		{"note", types.Of(types.String)}, {"flagged", types.Of(types.Bool)}, {"day", types.Of(types.Date)},
-		{"fee", types.Of(types.Float64)},
-	}
+	cols := transferColumns()
 	fields := make([]arrow.Field, len(cols))
 	for i, c := range cols {
-		fields[i] = arrow.Field{Name: c.name, Type: c.t.ArrowType(), Nullable: i > 0}
+		fields[i] = arrow.Field{Name: c.Name, Type: c.Type.ArrowType(), Nullable: c.Nullable}
 	}
 	return arrow.NewSchema(fields, nil)
 }
