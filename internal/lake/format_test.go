@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/retinadb/retina/internal/types"
+	"golang.org/x/sync/errgroup"
 )
 
 // testColumns covers every supported type.
@@ -280,6 +282,57 @@ func TestReadRowEqualsItsRowGroup(t *testing.T) {
 	for _, bad := range []int64{-1, 30000} {
 		if _, err := f.ReadRow(ctx, bad, all); err == nil {
 			t.Fatalf("row %d of 30000 read", bad)
+		}
+	}
+}
+
+// TestReadRowsOutliveLaterReads: a point read decodes into buffers that
+// later reads reuse, so every row it returns must be a copy. Rows read by
+// several goroutines at once are all kept, and checked only after the
+// last read.
+func TestReadRowsOutliveLaterReads(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(6, 2))
+	schema := testSchema()
+	rec := randomRecord(rng, schema, 20000, func(i int) int64 { return int64(i + 1) })
+	defer rec.Release()
+	data, _ := writeFile(t, []arrow.RecordBatch{rec}, WriterOptions{})
+	_, f := openStored(t, data)
+	all := make([]int, schema.NumFields())
+	for i := range all {
+		all[i] = i
+	}
+	const readers, each = 4, 50
+	got := make([][]arrow.RecordBatch, readers)
+	rows := make([][]int64, readers)
+	var g errgroup.Group
+	for r := range readers {
+		for range each {
+			rows[r] = append(rows[r], rng.Int64N(20000))
+		}
+		g.Go(func() error {
+			for _, row := range rows[r] {
+				b, err := f.ReadRow(ctx, row, all)
+				if err != nil {
+					return fmt.Errorf("row %d: %w", row, err)
+				}
+				got[r] = append(got[r], b)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for r := range readers {
+		for i, b := range got[r] {
+			row := int(rows[r][i])
+			for c := range all {
+				if !sameCell(b.Column(c), 0, rec.Column(c), row) {
+					t.Fatalf("row %d column %s, checked after later reads: %v, want %v", row, b.ColumnName(c), b.Column(c).ValueStr(0), rec.Column(c).ValueStr(row))
+				}
+			}
+			b.Release()
 		}
 	}
 }

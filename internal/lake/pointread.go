@@ -73,7 +73,9 @@ func (f *File) readRow(ctx context.Context, rg int, within int64, idx []int) (ar
 	if fetching {
 		src = &pointSource{src: f.src}
 	}
-	props := parquet.NewReaderProperties(f.mem)
+	arena := &pointArena{}
+	defer arena.release()
+	props := parquet.NewReaderProperties(arena)
 	props.BufferedStreamEnabled = true
 	props.BufferSize = pointReadBuffer
 	pf, err := file.NewParquetReader(src, file.WithReadProps(props), file.WithMetadata(f.pf.MetaData()))
@@ -92,7 +94,7 @@ func (f *File) readRow(ctx context.Context, rg int, within int64, idx []int) (ar
 	}
 	// The columns seek and decode in parallel: a lookup waits for all of
 	// them, and decoding their pages is most of its time.
-	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 1, Parallel: true}, f.mem)
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 1, Parallel: true}, arena)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadFile, err)
 	}
@@ -111,8 +113,12 @@ func (f *File) readRow(ctx context.Context, rg int, within int64, idx []int) (ar
 	if rec.NumRows() != 1 {
 		return nil, fmt.Errorf("%w: a batch of one row at the row held %d", ErrBadFile, rec.NumRows())
 	}
-	rec.Retain() // withPlainSchema releases it; rr keeps its own reference
-	return withPlainSchema(rec), nil
+	// rec is in the arena's buffers (and owned by rr): the caller gets a copy.
+	out, err := copyRow(rec, f.mem)
+	if err != nil {
+		return nil, fmt.Errorf("copy the row: %w", err)
+	}
+	return withPlainSchema(out), nil
 }
 
 // span is a byte range of a file.
