@@ -55,7 +55,7 @@ func (a *pointArena) Allocate(size int) []byte {
 	a.mu.Lock()
 	a.held = append(a.held, b)
 	a.mu.Unlock()
-	return b[:size]
+	return b[:size:size] // capacity as asked, as GoAllocator gives: a larger size reallocates
 }
 
 // Reallocate returns size bytes beginning with b's contents, the rest
