@@ -392,7 +392,24 @@ func (f *File) withAdded(rec arrow.RecordBatch, cols []int, withCreateTS bool) a
 
 // tableToRecord concatenates a table's chunks into one record.
 func tableToRecord(tbl arrow.Table, mem memory.Allocator) (arrow.RecordBatch, error) {
-	cols := make([]arrow.Array, tbl.NumCols())
+	schema := arrow.NewSchema(plainFields(tbl.Schema().Fields()), nil)
+	return newRecord(schema, tbl.NumRows(), func(i int) (arrow.Array, error) {
+		chunks := tbl.Column(i).Data().Chunks()
+		switch len(chunks) {
+		case 0:
+			return array.MakeArrayOfNull(mem, tbl.Column(i).DataType(), 0), nil
+		case 1:
+			chunks[0].Retain()
+			return chunks[0], nil
+		}
+		return array.Concatenate(chunks, mem)
+	})
+}
+
+// newRecord assembles a record of schema from the columns col makes, each
+// a reference handed over; if one fails, those made are released.
+func newRecord(schema *arrow.Schema, rows int64, col func(i int) (arrow.Array, error)) (arrow.RecordBatch, error) {
+	cols := make([]arrow.Array, schema.NumFields())
 	defer func() {
 		for _, c := range cols {
 			if c != nil {
@@ -401,22 +418,12 @@ func tableToRecord(tbl arrow.Table, mem memory.Allocator) (arrow.RecordBatch, er
 		}
 	}()
 	for i := range cols {
-		chunks := tbl.Column(i).Data().Chunks()
-		switch len(chunks) {
-		case 0:
-			cols[i] = array.MakeArrayOfNull(mem, tbl.Column(i).DataType(), 0)
-		case 1:
-			chunks[0].Retain()
-			cols[i] = chunks[0]
-		default:
-			c, err := array.Concatenate(chunks, mem)
-			if err != nil {
-				return nil, err
-			}
-			cols[i] = c
+		var err error
+		if cols[i], err = col(i); err != nil {
+			return nil, err
 		}
 	}
-	return array.NewRecordBatch(arrow.NewSchema(plainFields(tbl.Schema().Fields()), nil), cols, tbl.NumRows()), nil
+	return array.NewRecordBatch(schema, cols, rows), nil
 }
 
 // plainFields drops the field metadata the Parquet reader adds (field ids),

@@ -113,6 +113,16 @@ func writeFile(t testing.TB, recs []arrow.RecordBatch, opts WriterOptions) ([]by
 	return buf.Bytes(), groups
 }
 
+// randomFile writes one file of rows random rows of testSchema, created at
+// 1, 2, ...; it returns the rows (released when the test ends) and the file.
+func randomFile(t testing.TB, rng *rand.Rand, rows int, opts WriterOptions) (arrow.RecordBatch, []byte) {
+	t.Helper()
+	rec := randomRecord(rng, testSchema(), rows, func(i int) int64 { return int64(i + 1) })
+	t.Cleanup(rec.Release)
+	data, _ := writeFile(t, []arrow.RecordBatch{rec}, opts)
+	return rec, data
+}
+
 // TestRoundTripEveryType writes records of every type with NULLs through a
 // store and reads them back by row group, on every backend.
 func TestRoundTripEveryType(t *testing.T) {
@@ -250,9 +260,7 @@ func TestReadRowEqualsItsRowGroup(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(5, 8))
 	schema := testSchema()
-	rec := randomRecord(rng, schema, 30000, func(i int) int64 { return int64(i + 1) })
-	defer rec.Release()
-	data, _ := writeFile(t, []arrow.RecordBatch{rec}, WriterOptions{RowGroupRows: 12000})
+	rec, data := randomFile(t, rng, 30000, WriterOptions{RowGroupRows: 12000})
 	_, f := openStored(t, data)
 	all := make([]int, schema.NumFields())
 	for i := range all {
@@ -294,9 +302,7 @@ func TestReadRowsOutliveLaterReads(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(6, 2))
 	schema := testSchema()
-	rec := randomRecord(rng, schema, 20000, func(i int) int64 { return int64(i + 1) })
-	defer rec.Release()
-	data, _ := writeFile(t, []arrow.RecordBatch{rec}, WriterOptions{})
+	rec, data := randomFile(t, rng, 20000, WriterOptions{})
 	_, f := openStored(t, data)
 	all := make([]int, schema.NumFields())
 	for i := range all {
@@ -449,9 +455,7 @@ func TestLocalReadsComeFromTheMapping(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(4, 2))
 	schema := testSchema()
-	rec := randomRecord(rng, schema, 20000, func(i int) int64 { return int64(i + 1) })
-	defer rec.Release()
-	data, _ := writeFile(t, []arrow.RecordBatch{rec}, WriterOptions{})
+	rec, data := randomFile(t, rng, 20000, WriterOptions{})
 	dir := t.TempDir()
 	s := openTestStore(t, "file://"+dir, RetryPolicy{})
 	if err := s.Put(ctx, "f.parquet", data); err != nil {

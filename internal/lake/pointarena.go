@@ -91,19 +91,7 @@ func (a *pointArena) release() {
 // copyRow copies rec's columns into memory of mem, so that rec and the
 // arena it was read into can go.
 func copyRow(rec arrow.RecordBatch, mem memory.Allocator) (arrow.RecordBatch, error) {
-	cols := make([]arrow.Array, rec.NumCols())
-	defer func() {
-		for _, c := range cols {
-			if c != nil {
-				c.Release()
-			}
-		}
-	}()
-	for i, c := range rec.Columns() {
-		var err error
-		if cols[i], err = array.Concatenate([]arrow.Array{c}, mem); err != nil {
-			return nil, err
-		}
-	}
-	return array.NewRecordBatch(rec.Schema(), cols, rec.NumRows()), nil
+	return newRecord(rec.Schema(), rec.NumRows(), func(i int) (arrow.Array, error) {
+		return array.Concatenate([]arrow.Array{rec.Column(i)}, mem)
+	})
 }
