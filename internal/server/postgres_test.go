@@ -95,18 +95,27 @@ func exec(t *testing.T, c *pgx.Conn, stmts ...string) {
 // textRows returns a query's rows rendered as text.
 func textRows(t *testing.T, c *pgx.Conn, q string) [][]string {
 	t.Helper()
+	out, err := tryTextRows(c, q)
+	if err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return out
+}
+
+// tryTextRows is textRows that returns the statement's error.
+func tryTextRows(c *pgx.Conn, q string) ([][]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rs, err := c.Query(ctx, q, pgx.QueryExecModeSimpleProtocol)
 	if err != nil {
-		t.Fatalf("%s: %v", q, err)
+		return nil, err
 	}
 	defer rs.Close()
 	var out [][]string
 	for rs.Next() {
 		vals, err := rs.Values()
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		row := make([]string, len(vals))
 		for i, v := range vals {
@@ -114,10 +123,7 @@ func textRows(t *testing.T, c *pgx.Conn, q string) [][]string {
 		}
 		out = append(out, row)
 	}
-	if err := rs.Err(); err != nil {
-		t.Fatalf("%s: %v", q, err)
-	}
-	return out
+	return out, rs.Err()
 }
 
 // caughtUp waits, through retina_wait_lsn, until Retina shows every
