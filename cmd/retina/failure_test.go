@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/retinadb/retina/internal/bench"
 	"github.com/retinadb/retina/internal/failpoint"
+	"github.com/retinadb/retina/internal/server/servertest"
 )
 
 // End-to-end tests of what the mirror-transaction core guarantees, through
@@ -175,11 +174,7 @@ func (s *served) waitRows(sql, want string) {
 	for {
 		rows, err := s.tryQuery(sql)
 		got := strings.Join(rows, "; ")
-		// A table created at the source reaches Retina with the commit
-		// stream, after the source acknowledged it: until then it is
-		// undefined here, which is one more state to wait through.
-		var pe *pgconn.PgError
-		if err != nil && !(errors.As(err, &pe) && pe.Code == "42P01") {
+		if err != nil && !servertest.NotYetReplicated(err) {
 			s.t.Fatalf("%s: %v", sql, err)
 		}
 		if err == nil && got == want {

@@ -333,13 +333,6 @@ func (f *File) ReadRowGroup(ctx context.Context, rg int, cols []int, withCreateT
 	return f.withAdded(rec, cols, withCreateTS), nil
 }
 
-// withPlainSchema is rec, which it releases, without the Parquet reader's
-// field metadata, so it reads as ReadRowGroup's records do.
-func withPlainSchema(rec arrow.RecordBatch) arrow.RecordBatch {
-	defer rec.Release()
-	return array.NewRecordBatch(arrow.NewSchema(plainFields(rec.Schema().Fields()), nil), rec.Columns(), rec.NumRows())
-}
-
 // leaves maps projected table columns to the file's Parquet columns, with
 // create_ts last when withCreateTS; missing reports a projected column
 // the file does not have (added to the table later).

@@ -89,9 +89,10 @@ func (a *pointArena) release() {
 }
 
 // copyRow copies rec's columns into memory of mem, so that rec and the
-// arena it was read into can go.
+// arena it was read into can go, under plain fields (plainFields).
 func copyRow(rec arrow.RecordBatch, mem memory.Allocator) (arrow.RecordBatch, error) {
-	return newRecord(rec.Schema(), rec.NumRows(), func(i int) (arrow.Array, error) {
+	schema := arrow.NewSchema(plainFields(rec.Schema().Fields()), nil)
+	return newRecord(schema, rec.NumRows(), func(i int) (arrow.Array, error) {
 		return array.Concatenate([]arrow.Array{rec.Column(i)}, mem)
 	})
 }

@@ -118,7 +118,7 @@ func (f *File) readRow(ctx context.Context, rg int, within int64, idx []int) (ar
 	if err != nil {
 		return nil, fmt.Errorf("copy the row: %w", err)
 	}
-	return withPlainSchema(out), nil
+	return out, nil
 }
 
 // span is a byte range of a file.

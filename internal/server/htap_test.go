@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -13,7 +12,6 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/retinadb/retina/internal/oltp/oltpserver"
 	"github.com/retinadb/retina/internal/server"
@@ -112,11 +110,7 @@ func (r *htapRun) converge(t *testing.T, q string, want [][]string) {
 	var err error
 	for time.Now().Before(deadline) {
 		got, err = tryTextRows(r.retina, q)
-		// A table created at the store reaches Retina with the commit
-		// stream, after the store acknowledged it: until then it is
-		// undefined here, one more state to wait through.
-		var pe *pgconn.PgError
-		if err != nil && !(errors.As(err, &pe) && pe.Code == "42P01") {
+		if err != nil && !servertest.NotYetReplicated(err) {
 			t.Fatalf("%s on Retina: %v", q, err)
 		}
 		if err == nil && slices.EqualFunc(got, want, slices.Equal) {

@@ -4,14 +4,26 @@ package servertest
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/replay"
 	"github.com/retinadb/retina/internal/server"
 )
+
+// NotYetReplicated reports the error of a query that names a table Retina
+// does not have (undefined_table). A table created at the source reaches
+// Retina with the commit stream, after the source acknowledged it, so a
+// test that waits for Retina to converge waits through this state too.
+func NotYetReplicated(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42P01"
+}
 
 // Quiet is a logger that drops everything.
 func Quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
