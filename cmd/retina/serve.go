@@ -55,6 +55,9 @@ exactly where it stopped.`,
 			host, port, _ := net.SplitHostPort(srv.SQLAddr())
 			fmt.Fprintf(cmd.OutOrStdout(), "retina serving: SQL on %s (psql -h %s -p %s), metrics on http://%s/metrics\n",
 				srv.SQLAddr(), host, port, srv.HTTPAddr())
+			if a := srv.IcebergAddr(); a != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "retina serving: Iceberg REST catalog on %s (uri %s)\n", a, srv.IcebergURI())
+			}
 			if a := srv.MySQLAddr(); a != "" {
 				mh, mp, _ := net.SplitHostPort(a)
 				fmt.Fprintf(cmd.OutOrStdout(), "retina serving: OLTP writes over MySQL protocol on %s (mysql -h %s -P %s -u root), replicated into Retina's tables\n", a, mh, mp)
@@ -92,6 +95,10 @@ exactly where it stopped.`,
 	f.DurationVar(&c.VisibilityCheckpointAfter, "visibility-checkpoint-after", c.VisibilityCheckpointAfter, "checkpoint the visibility of queries and read transactions this old so they stop holding back GC (0: never)")
 	f.DurationVar(&c.StorageGCInterval, "storage-gc-interval", c.StorageGCInterval, "how often storage GC looks for files to rewrite (0: off)")
 	f.Float64Var(&c.StorageGCStaleShare, "storage-gc-stale-share", c.StorageGCStaleShare, "share of a file's versions that must be stale before storage GC rewrites it")
+	f.DurationVar(&c.IcebergInterval, "iceberg-interval", c.IcebergInterval, "publish every table as an Iceberg snapshot this often, all at one Retina timestamp (0: off)")
+	f.IntVar(&c.IcebergFormatVersion, "iceberg-format-version", c.IcebergFormatVersion, "Iceberg format version: 2 (positional delete files) or 3 (deletion vectors)")
+	f.DurationVar(&c.IcebergRetention, "iceberg-retention", c.IcebergRetention, "how long published Iceberg snapshots stay listed (every one of the last 10s, then one a minute)")
+	f.StringVar(&c.IcebergAddr, "iceberg-addr", "", "serve the Iceberg REST catalog here (host:port; off by default)")
 	f.StringVar(&c.DecimalHandling, "decimal-handling", c.DecimalHandling, "how schema-less messages encode decimals (Debezium's decimal.handling.mode): precise, string or double")
 	return cmd, sf
 }
@@ -135,6 +142,10 @@ func applyChangedFlags(fs *pflag.FlagSet, cfg *server.Config, from server.Config
 		"block-cache-mib":                     func() { cfg.BlockCacheMiB = from.BlockCacheMiB },
 		"query-history":                       func() { cfg.QueryHistory = from.QueryHistory },
 		"storage-gc-stale-share":              func() { cfg.StorageGCStaleShare = from.StorageGCStaleShare },
+		"iceberg-interval":                    func() { cfg.IcebergInterval = from.IcebergInterval },
+		"iceberg-format-version":              func() { cfg.IcebergFormatVersion = from.IcebergFormatVersion },
+		"iceberg-retention":                   func() { cfg.IcebergRetention = from.IcebergRetention },
+		"iceberg-addr":                        func() { cfg.IcebergAddr = from.IcebergAddr },
 	}
 	fs.Visit(func(f *pflag.Flag) {
 		if apply, ok := set[f.Name]; ok {

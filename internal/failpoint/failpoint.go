@@ -38,6 +38,21 @@ const (
 	GCBeforeDrop            = "gc-before-drop" // the old file is about to be deleted
 )
 
+// The points of an Iceberg publication, in the order it reaches them; only
+// a server that publishes reaches them.
+const (
+	IcebergAfterData      = "iceberg-after-data"      // data and delete files written
+	IcebergAfterManifests = "iceberg-after-manifests" // manifests and manifest lists written
+	IcebergAfterMetadata  = "iceberg-after-metadata"  // every table's metadata file written, not yet current
+	IcebergAfterCommit    = "iceberg-after-commit"    // the publication record replaced: the snapshot is current
+	IcebergBeforeExpire   = "iceberg-before-expire"   // files no retained snapshot needs are about to be deleted
+)
+
+// Iceberg lists the Iceberg publication's points.
+func Iceberg() []string {
+	return []string{IcebergAfterData, IcebergAfterManifests, IcebergAfterMetadata, IcebergAfterCommit, IcebergBeforeExpire}
+}
+
 // All lists every point, for tools that pick some at random.
 func All() []string {
 	return []string{FlushBeforeUpload, FlushAfterUpload, CombineBeforeCatalog, CombineAfterCatalog,
@@ -63,7 +78,7 @@ func Parse(spec string) (*Set, error) {
 	for _, item := range strings.Split(spec, ",") {
 		name, action, ok := strings.Cut(strings.TrimSpace(item), "=")
 		if !ok || !known(name) {
-			return nil, fmt.Errorf("failpoint %q: want NAME=kill[@P] with NAME one of %s", item, strings.Join(All(), ", "))
+			return nil, fmt.Errorf("failpoint %q: want NAME=kill[@P] with NAME one of %s", item, strings.Join(append(All(), Iceberg()...), ", "))
 		}
 		act, prob, hasProb := strings.Cut(action, "@")
 		if act != "kill" {
@@ -81,7 +96,7 @@ func Parse(spec string) (*Set, error) {
 	return s, nil
 }
 
-func known(name string) bool { return slices.Contains(All(), name) }
+func known(name string) bool { return slices.Contains(All(), name) || slices.Contains(Iceberg(), name) }
 
 // Hit is called when the point is reached: an armed point kills the
 // process (with its probability).

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -23,6 +24,35 @@ import (
 // the mirror transaction that wrote the version. It is the last column of
 // every Retina file.
 const CreateTSColumn = "_retina_create_ts"
+
+// Field ids. Every file numbers its columns in the Parquet schema, so that
+// readers that match columns by id (Iceberg's) find them: table column i
+// has id i+1 (a table only ever gains columns at its end, so an id is never
+// given to another column), and the create_ts column has CreateTSFieldID,
+// which no table column reaches and which Iceberg's reserved ids (the 200
+// below 2^31) leave free.
+const CreateTSFieldID = 1<<31 - 202
+
+// FieldID is the field id of table column i.
+func FieldID(column int) int { return column + 1 }
+
+// fieldIDKey is the Arrow field metadata key the Parquet writer reads a
+// field id from.
+const fieldIDKey = "PARQUET:field_id"
+
+// withFieldIDs numbers the fields of a file schema (create_ts last).
+func withFieldIDs(schema *arrow.Schema) *arrow.Schema {
+	fields := slices.Clone(schema.Fields())
+	for i := range fields {
+		id := FieldID(i)
+		if i == len(fields)-1 {
+			id = CreateTSFieldID
+		}
+		fields[i].Metadata = arrow.NewMetadata([]string{fieldIDKey}, []string{strconv.Itoa(id)})
+	}
+	md := schema.Metadata()
+	return arrow.NewSchema(fields, &md)
+}
 
 // ErrBadFile reports a file that is not a Retina Parquet file.
 var ErrBadFile = errors.New("lake: not a Retina file")
@@ -129,7 +159,7 @@ func NewFileWriter(w io.Writer, schema *arrow.Schema, opts WriterOptions) (*File
 			props = append(props, parquet.WithDictionaryFor(f.Name, true))
 		}
 	}
-	fw, err := pqarrow.NewFileWriter(schema, w, parquet.NewWriterProperties(props...),
+	fw, err := pqarrow.NewFileWriter(withFieldIDs(schema), w, parquet.NewWriterProperties(props...),
 		pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 	if err != nil {
 		return nil, fmt.Errorf("lake: parquet writer: %w", err)

@@ -164,6 +164,28 @@ func LocalPath(dir, key string) (string, bool) {
 // URL is the bucket URL the store was opened with.
 func (s *Store) URL() string { return s.url }
 
+// ObjectURI is the absolute URI other engines open object key by:
+// file:///dir/key for a file:// bucket, s3://bucket/[prefix]key for S3. An
+// in-memory bucket has none (other processes cannot read it), and neither
+// has a key a file:// bucket does not store under its own name.
+func (s *Store) ObjectURI(key string) (string, bool) {
+	u, err := url.Parse(s.url)
+	if err != nil {
+		return "", false
+	}
+	switch u.Scheme {
+	case "file":
+		path, ok := s.LocalPath(key)
+		if !ok {
+			return "", false
+		}
+		return (&url.URL{Scheme: "file", Path: filepath.ToSlash(path)}).String(), true
+	case "s3":
+		return "s3://" + u.Host + "/" + strings.TrimPrefix(u.Query().Get("prefix"), "/") + key, true
+	}
+	return "", false
+}
+
 // Close releases the bucket and unmaps its objects.
 func (s *Store) Close() error {
 	s.maps.closeAll()

@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"crypto/tls"
 	"encoding/base64"
 	"errors"
@@ -59,6 +60,23 @@ func (u Users) AddUser(name, secret string) error {
 	}
 	u[name] = c
 	return nil
+}
+
+// Verify says password is the user's, for endpoints that take a password
+// in the clear over TLS (the Iceberg REST catalog's token requests): it
+// derives the user's keys with the stored salt and compares them in
+// constant time.
+func (u Users) Verify(name, password string) bool {
+	stored, ok := u[name]
+	if !ok || password == "" {
+		return false
+	}
+	client, err := scram.SHA256.NewClient(name, password, "")
+	if err != nil {
+		return false
+	}
+	got, err := client.GetStoredCredentialsWithError(stored.KeyFactors)
+	return err == nil && subtle.ConstantTimeCompare(got.StoredKey, stored.StoredKey) == 1
 }
 
 // parseVerifier reads SCRAM-SHA-256$iterations:salt$StoredKey:ServerKey

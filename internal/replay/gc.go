@@ -286,8 +286,10 @@ func (r *Replayer) DropRetired(ctx context.Context, f *catalog.File) error {
 		return fmt.Errorf("replay: storage GC: file %d is %s, not retired", f.ID, f.State)
 	}
 	r.cfg.Failpoints.Hit(failpoint.GCBeforeDrop)
-	if err := r.cfg.Lake.Delete(ctx, f.Key); err != nil {
-		return fmt.Errorf("replay: storage GC: delete %s: %w", f.Key, err)
+	if r.cfg.Keeps == nil || !r.cfg.Keeps(f.Key) {
+		if err := r.cfg.Lake.Delete(ctx, f.Key); err != nil {
+			return fmt.Errorf("replay: storage GC: delete %s: %w", f.Key, err)
+		}
 	}
 	if err := r.cfg.Catalog.DeleteFile(ctx, f.ID); err != nil {
 		return fmt.Errorf("replay: storage GC: forget file %d: %w", f.ID, err)

@@ -144,7 +144,12 @@ type Config struct {
 	// UndoDir (default the system's temporary directory).
 	UndoInMemory int
 	UndoDir      string
-	Logger       *slog.Logger
+	// Keeps says another reader of the lake still names an object (an
+	// Iceberg snapshot): storage GC then forgets a retired file without
+	// deleting its object, which that reader's owner deletes later (nil:
+	// none).
+	Keeps  func(key string) bool
+	Logger *slog.Logger
 }
 
 // RowReader reads stored rows, every column: one version by its location,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/checkpoint"
@@ -26,6 +27,13 @@ type Sealed struct {
 	manifest *checkpoint.Manifest
 	buffers  []*writebuffer.Sealed
 	clean    bool
+	// snap is the catalog at the seal and sealed its time: with the
+	// deleted sets, what an Iceberg publication of the state needs.
+	snap   *catalog.Snapshot
+	sealed time.Time
+	// publishNow publishes the state before Write returns (a clean stop's
+	// last checkpoint) instead of handing it to the publisher's loop.
+	publishNow bool
 }
 
 // Seal captures the state at ts. The caller keeps every write away while
@@ -35,7 +43,7 @@ func (n *Node) Seal(ts uint64) (*Sealed, error) {
 		return nil, err
 	}
 	n.pinGC(ts)
-	st := &Sealed{n: n, manifest: &checkpoint.Manifest{TS: ts, Buckets: n.Config.Buckets, Replayers: n.Config.Replayers}}
+	st := &Sealed{n: n, manifest: &checkpoint.Manifest{TS: ts, Buckets: n.Config.Buckets, Replayers: n.Config.Replayers}, sealed: time.Now()}
 	virtual := map[uint64]int{} // file → rows sealed
 	for _, rp := range n.Replayers {
 		for _, b := range rp.Buffers() {
@@ -49,6 +57,7 @@ func (n *Node) Seal(ts uint64) (*Sealed, error) {
 	// Taken after sealing: a file the buffers no longer hold is regular by
 	// now (a combination marks it regular before the buffer forgets it).
 	snap := n.Catalog.Snapshot()
+	st.snap = snap
 	for _, t := range snap.Tables() {
 		for _, f := range snap.LiveFiles(t.ID) {
 			rows, isVirtual := virtual[f.ID]
@@ -83,7 +92,7 @@ func (n *Node) Seal(ts uint64) (*Sealed, error) {
 // Write makes the sealed state and the sources' resume points durable.
 func (s *Sealed) Write(ctx context.Context, sources []checkpoint.Source) error {
 	n := s.n
-	vis, err := s.deletes()
+	vis, deleted, err := s.deletes()
 	n.unpinGC()
 	if err != nil {
 		return err
@@ -101,33 +110,47 @@ func (s *Sealed) Write(ctx context.Context, sources []checkpoint.Source) error {
 	if err := n.ckpts.Write(m, vis); err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
+	if n.Iceberg != nil {
+		// Offered before GC learns the checkpoint is durable: the files
+		// the state names stay until it is published or superseded.
+		st := icebergState(m, s.snap, s.sealed, deleted)
+		if s.publishNow {
+			if err := n.Iceberg.Publish(ctx, st); err != nil {
+				n.log.Warn("could not publish the last checkpoint to Iceberg; the next start publishes it", "snapshot_ts", m.TS, "err", err)
+			}
+		} else {
+			n.Iceberg.Offer(st)
+		}
+	}
 	n.checkpointed(m.TS)
 	return nil
 }
 
 // deletes encodes every file's deleted set at the checkpoint's timestamp,
-// for the files that have any.
-func (s *Sealed) deletes() (map[uint64][]byte, error) {
+// for the files that have any, and returns the sets themselves too.
+func (s *Sealed) deletes() (map[uint64][]byte, map[uint64][]uint64, error) {
 	out := map[uint64][]byte{}
+	sets := map[uint64][]uint64{}
 	for _, f := range s.manifest.Files {
 		rg, ok := s.n.Replayers[f.Replayer].FileVisibility(f.ID)
 		if !ok {
-			return nil, fmt.Errorf("server: checkpoint: visibility of file %d is gone", f.ID)
+			return nil, nil, fmt.Errorf("server: checkpoint: visibility of file %d is gone", f.ID)
 		}
 		cp, err := rg.Checkpoint(s.manifest.TS)
 		if err != nil {
-			return nil, fmt.Errorf("server: checkpoint: deletes of file %d at %d: %w", f.ID, s.manifest.TS, err)
+			return nil, nil, fmt.Errorf("server: checkpoint: deletes of file %d at %d: %w", f.ID, s.manifest.TS, err)
 		}
 		if !slices.ContainsFunc(cp.Bitmap, func(w uint64) bool { return w != 0 }) {
 			continue
 		}
 		data, err := cp.MarshalBinary()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out[f.ID] = data
+		sets[f.ID] = cp.Bitmap
 	}
-	return out, nil
+	return out, sets, nil
 }
 
 // pinGC keeps memory GC at or below ts until unpinGC, so the deleted sets

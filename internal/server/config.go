@@ -86,6 +86,16 @@ type Config struct {
 	// into one Parquet object once full.
 	BlockRows  int `yaml:"block_rows"`
 	FileBlocks int `yaml:"file_blocks"`
+	// IcebergInterval is how often every table is published as an Iceberg
+	// snapshot, all at one Retina timestamp (0: not published); replay
+	// checkpoints are taken at least this often while it is on.
+	// IcebergFormatVersion is 2 (positional delete files) or 3 (deletion
+	// vectors); IcebergRetention how long snapshots stay listed.
+	IcebergInterval      time.Duration `yaml:"iceberg_interval"`
+	IcebergFormatVersion int           `yaml:"iceberg_format_version"`
+	IcebergRetention     time.Duration `yaml:"iceberg_retention"`
+	// IcebergAddr, when set, serves the Iceberg REST catalog there.
+	IcebergAddr string `yaml:"iceberg_addr"`
 	// BlockCacheMiB bounds the flushed write-buffer blocks kept decoded in
 	// memory for scans (default 0: off; in the soak benchmark it cost more
 	// memory than it saved query time).
@@ -124,6 +134,7 @@ func DefaultConfig() Config {
 		CheckpointInterval: 5 * time.Second, IndexPurgeInterval: time.Minute,
 		IdleInTransactionTimeout: 10 * time.Minute, VisibilityCheckpointAfter: 30 * time.Second,
 		StorageGCInterval: 2 * time.Second, StorageGCStaleShare: 0.5,
+		IcebergInterval: time.Second, IcebergFormatVersion: 2, IcebergRetention: 10 * time.Minute,
 	}
 }
 
@@ -148,13 +159,14 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 		"RETINA_SQL_ADDR": &c.SQLAddr, "RETINA_MYSQL_ADDR": &c.MySQLAddr, "RETINA_OLTP_DATA": &c.OLTPData, "RETINA_HTTP_ADDR": &c.HTTPAddr, "RETINA_LOG_FORMAT": &c.LogFormat,
 		"RETINA_INDEX": &c.IndexBackend, "RETINA_BAD_INPUT": &c.BadInput, "RETINA_DEAD_LETTER": &c.DeadLetter,
 		"RETINA_DECIMAL_HANDLING": &c.DecimalHandling, "RETINA_SQL_TLS_CERT": &c.SQLTLSCert, "RETINA_SQL_TLS_KEY": &c.SQLTLSKey,
+		"RETINA_ICEBERG_ADDR": &c.IcebergAddr,
 	}
 	for k, p := range str {
 		if v := getenv(k); v != "" {
 			*p = v
 		}
 	}
-	for k, p := range map[string]*int{"RETINA_REPLAYERS": &c.Replayers, "RETINA_BUCKETS": &c.Buckets} {
+	for k, p := range map[string]*int{"RETINA_REPLAYERS": &c.Replayers, "RETINA_BUCKETS": &c.Buckets, "RETINA_ICEBERG_FORMAT_VERSION": &c.IcebergFormatVersion} {
 		if v := getenv(k); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil {
@@ -183,7 +195,9 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 		"RETINA_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": &c.IdleInTransactionTimeout,
 		"RETINA_STORAGE_GC_INTERVAL":                 &c.StorageGCInterval,
 		"RETINA_VISIBILITY_CHECKPOINT_AFTER":         &c.VisibilityCheckpointAfter,
-		"RETINA_QUERY_HISTORY":                       &c.QueryHistory} {
+		"RETINA_QUERY_HISTORY":                       &c.QueryHistory,
+		"RETINA_ICEBERG_INTERVAL":                    &c.IcebergInterval,
+		"RETINA_ICEBERG_RETENTION":                   &c.IcebergRetention} {
 		if v := getenv(k); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil {
@@ -234,6 +248,18 @@ func (c *Config) Validate() error {
 	}
 	if c.StorageGCStaleShare <= 0 || c.StorageGCStaleShare > 1 {
 		return fmt.Errorf("config: storage_gc_stale_share %g: want a share in (0, 1]", c.StorageGCStaleShare)
+	}
+	if c.IcebergInterval != 0 && c.IcebergInterval < time.Second {
+		return fmt.Errorf("config: iceberg_interval %s: want 0 (not published) or at least 1s", c.IcebergInterval)
+	}
+	if c.IcebergFormatVersion != 2 && c.IcebergFormatVersion != 3 {
+		return fmt.Errorf("config: iceberg_format_version %d: want 2 (positional delete files) or 3 (deletion vectors)", c.IcebergFormatVersion)
+	}
+	if c.IcebergRetention <= 0 {
+		return fmt.Errorf("config: iceberg_retention %s: want a positive duration", c.IcebergRetention)
+	}
+	if c.IcebergAddr != "" && c.IcebergInterval == 0 {
+		return fmt.Errorf("config: iceberg_addr %s serves published tables, and iceberg_interval 0 publishes none: give an interval", c.IcebergAddr)
 	}
 	if c.IndexPurgeInterval < time.Second {
 		return fmt.Errorf("config: index_purge_interval %s: at least 1s", c.IndexPurgeInterval)

@@ -21,6 +21,7 @@ import (
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/checkpoint"
 	"github.com/retinadb/retina/internal/failpoint"
+	"github.com/retinadb/retina/internal/iceberg"
 	"github.com/retinadb/retina/internal/index"
 	"github.com/retinadb/retina/internal/lake"
 	"github.com/retinadb/retina/internal/query"
@@ -57,6 +58,8 @@ type NodeConfig struct {
 	QueryHistory time.Duration
 	// StorageGC tunes the rewriting of stale and small files.
 	StorageGC StorageGCConfig
+	// Iceberg turns publication of the tables as Iceberg tables on.
+	Iceberg IcebergConfig
 	// FS holds the checkpoint's files (default: the local disk); tests put
 	// a file system there that fails chosen operations.
 	FS vfs.FS
@@ -80,6 +83,8 @@ type Node struct {
 	BlockCache *writebuffer.BlockCache
 	// Combines bounds the write buffers' combinations to half the cores.
 	Combines *writebuffer.CombineLimit
+	// Iceberg publishes the tables as Iceberg tables (nil: off).
+	Iceberg *iceberg.Publisher
 	// Recovery says what the start restored.
 	Recovery Recovery
 	log      *slog.Logger
@@ -212,13 +217,19 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	for id := range cfg.Replayers {
 		rp, err := replay.New(replay.Config{ID: uint32(id), Catalog: n.Catalog, Index: n.Index, Lake: n.Lake,
 			BlockRows: cfg.BlockRows, FileBlocks: cfg.FileBlocks, BlockCache: n.BlockCache, Combines: n.Combines, Failpoints: cfg.Failpoints,
-			Rows: n.Scanner, UndoDir: undoDir, Logger: cfg.Logger})
+			Rows: n.Scanner, UndoDir: undoDir, Keeps: n.keeps, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}
 		n.Replayers = append(n.Replayers, rp)
 	}
+	if err := n.openIceberg(ctx); err != nil {
+		return nil, err
+	}
 	if err := n.restore(ctx, m, !keepIndex); err != nil {
+		return nil, err
+	}
+	if err := n.startIceberg(ctx); err != nil {
 		return nil, err
 	}
 	if r := n.Recovery; r.Checkpoint != 0 || r.Dropped > 0 {
@@ -322,7 +333,7 @@ func (n *Node) Persist(ctx context.Context, sources []checkpoint.Source) error {
 	if err != nil {
 		return err
 	}
-	st.clean = true
+	st.clean, st.publishNow = true, true
 	return st.Write(ctx, sources)
 }
 

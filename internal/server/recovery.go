@@ -313,8 +313,10 @@ func (n *Node) restoredVisibility(ts uint64, cf checkpoint.File, hidden [2]int64
 // dropFile removes a file the checkpoint does not have: its objects, then
 // its catalog entry.
 func (n *Node) dropFile(ctx context.Context, f *catalog.File) error {
-	if err := n.Lake.Delete(ctx, f.Key); err != nil {
-		return fmt.Errorf("server: drop file %d born after the checkpoint: %w", f.ID, err)
+	if !n.keeps(f.Key) { // else an Iceberg snapshot names it: the publisher deletes it
+		if err := n.Lake.Delete(ctx, f.Key); err != nil {
+			return fmt.Errorf("server: drop file %d born after the checkpoint: %w", f.ID, err)
+		}
 	}
 	if err := n.deleteBlocks(ctx, f); err != nil {
 		return err
@@ -344,7 +346,7 @@ func (n *Node) sweepGCObjects(ctx context.Context) error {
 			return fmt.Errorf("server: list the storage-GC files of %s: %w", t.Name, err)
 		}
 		for _, o := range objs {
-			if named[o.Key] {
+			if named[o.Key] || n.keeps(o.Key) {
 				continue
 			}
 			if err := n.Lake.Delete(ctx, o.Key); err != nil {

@@ -35,6 +35,9 @@ type Server struct {
 	log     *slog.Logger
 	pg      *pgwire.Server
 	httpL   net.Listener
+	iceL    net.Listener // the Iceberg REST catalog's (nil: not served)
+	iceHTTP *http.Server
+	iceTLS  bool
 	sources []*source
 	sink    *sink.Sink         // nil without sources
 	oltp    *oltpserver.Server // nil without an OLTP endpoint
@@ -78,7 +81,8 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 		Buckets: cfg.Buckets, BlockRows: cfg.BlockRows, FileBlocks: cfg.FileBlocks, Failpoints: opts.Failpoints, Logger: log,
 		IdleInTransactionTimeout: cfg.IdleInTransactionTimeout, VisibilityCheckpointAfter: cfg.VisibilityCheckpointAfter,
 		QueryHistory: cfg.QueryHistory,
-		StorageGC:    StorageGCConfig{Interval: cfg.StorageGCInterval, StaleShare: cfg.StorageGCStaleShare}}
+		StorageGC:    StorageGCConfig{Interval: cfg.StorageGCInterval, StaleShare: cfg.StorageGCStaleShare},
+		Iceberg:      IcebergConfig{Interval: cfg.IcebergInterval, FormatVersion: cfg.IcebergFormatVersion, Retention: cfg.IcebergRetention}}
 	if cfg.StorageGCInterval == 0 {
 		nc.StorageGC.Interval = -1 // off
 	}
@@ -151,7 +155,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 			Sources: srcs, SourceNames: names, Catalog: node.Catalog, Txn: node.Txn, Replayers: replayers, Buckets: node.Config.Buckets,
 			BadInput: sink.Policy(cfg.BadInput), DeadLetterPath: cfg.DeadLetter, Start: starts,
 			Decoder: cdc.DecoderOptions{Decimals: decimals}, Collector: node, Logger: log,
-			Persister: persister{node: node, uris: names}, CheckpointTicks: ticks(cfg.CheckpointInterval),
+			Persister: persister{node: node, uris: names}, CheckpointTicks: ticks(checkpointInterval(cfg, node)),
 			PurgeTicks: ticks(cfg.IndexPurgeInterval),
 			RedoUpTo:   readProgress(node.Config.DataDir, names), Progress: progressWriter(node.Config.DataDir, names),
 		})
@@ -179,7 +183,20 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 	if s.httpL, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("server: metrics listen on %s: %w", cfg.HTTPAddr, err)
 	}
+	if err := s.listenIceberg(users, tlsCfg); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// checkpointInterval is how often replay checkpoints are taken: the
+// configured interval, or the Iceberg cadence when it is shorter, since a
+// publication covers a checkpoint's state.
+func checkpointInterval(cfg Config, node *Node) time.Duration {
+	if node.Iceberg != nil {
+		return min(cfg.CheckpointInterval, node.Iceberg.Interval())
+	}
+	return cfg.CheckpointInterval
 }
 
 // lsnWaiter answers retina_wait_lsn: it waits on every PostgreSQL source
@@ -390,6 +407,9 @@ func (s *Server) Run(ctx context.Context) error {
 		gcWG.Go(func() { s.Node.RunStorageGC(intake) })
 	}
 	gcWG.Go(func() { s.Node.RunVisibilityCheckpoints(intake) })
+	if s.Node.Iceberg != nil {
+		gcWG.Go(func() { s.Node.Iceberg.Run(intake) })
+	}
 	gcWG.Go(func() { s.Node.RunHistory(intake) })
 	serveCtx, stopServe := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServe()
@@ -405,6 +425,13 @@ func (s *Server) Run(ctx context.Context) error {
 			s.log.Error("metrics endpoint stopped", "err", err)
 		}
 	})
+	if s.iceL != nil {
+		wg.Go(func() {
+			if err := s.iceHTTP.Serve(s.iceL); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("Iceberg REST catalog stopped", "err", err)
+			}
+		})
+	}
 	s.log.Info("retina serving", "sql", s.SQLAddr(), "http", s.HTTPAddr(), "data", s.Node.Config.DataDir, "sources", len(s.sources))
 	<-ctx.Done()
 	s.log.Info("shutting down: stopping intake")
@@ -413,6 +440,9 @@ func (s *Server) Run(ctx context.Context) error {
 	gcWG.Wait()
 	stopServe()
 	hs.Close()
+	if s.iceHTTP != nil {
+		s.iceHTTP.Close()
+	}
 	wg.Wait()
 	return s.shutdown(ingestErr)
 }
@@ -475,6 +505,9 @@ func (s *Server) closeAll() {
 	}
 	if s.httpL != nil {
 		s.httpL.Close()
+	}
+	if s.iceL != nil {
+		s.iceL.Close()
 	}
 	s.Node.Close(context.Background())
 }
