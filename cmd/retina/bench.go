@@ -36,6 +36,8 @@ func newBenchCommand() *cobra.Command {
 			bench.DefaultQueryConfig(), queryFlags, bench.Query),
 		benchSubcommand("e2e", "End to end on a HyBench-like workload: sustained rows/s, freshness at 100K rows/s, query slowdown under change",
 			bench.DefaultE2EConfig(), e2eFlags, bench.E2E),
+		benchSubcommand("iceberg", "Iceberg publication: the HyBench-like stream at 50K rows/s published every second; lag, CPU share, file counts, metadata per snapshot, iceberg-go scans equal Retina, ingest slowdown",
+			bench.DefaultIcebergConfig(), icebergFlags, bench.Iceberg),
 		benchSubcommand("soak", "Steady state: a long run at a steady rate with queries and a held read transaction; memory, lake vs live bytes, stale share, freshness and query latency over time",
 			bench.DefaultSoakConfig(), soakFlags, bench.Soak),
 		benchSubcommand("postgres", "PostgreSQL source: pgbench -i, the initial copy, pgbench at full speed with a kill and restart of Retina halfway; lag, invariant, tables equal",
@@ -164,6 +166,18 @@ func e2eFlags(f *pflag.FlagSet, cfg *bench.E2EConfig) {
 	f.IntVar(&cfg.FreshRate, "fresh-rate", cfg.FreshRate, "row changes/s during the freshness phase")
 	f.DurationVar(&cfg.FreshFor, "fresh-for", cfg.FreshFor, "length of the freshness phase")
 	f.DurationVar(&cfg.SustainFor, "sustain-for", cfg.SustainFor, "length of the full-speed phase timed for rows_per_sec_sustained")
+	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
+}
+
+func icebergFlags(f *pflag.FlagSet, cfg *bench.IcebergConfig) {
+	f.Float64Var(&cfg.SF, "sf", cfg.SF, "HyBench-like scale factor of the base data")
+	f.IntVar(&cfg.Rate, "rate", cfg.Rate, "row changes/s while publishing")
+	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of the stream while publishing")
+	f.DurationVar(&cfg.Interval, "interval", cfg.Interval, "publication interval")
+	f.IntVar(&cfg.FormatVersion, "format-version", cfg.FormatVersion, "Iceberg format version (2 or 3)")
+	f.DurationVar(&cfg.SustainFor, "sustain-for", cfg.SustainFor, "length of each full-speed phase (publication off, then on)")
+	f.DurationVar(&cfg.CheckEvery, "check-every", cfg.CheckEvery, "how often the bank invariants are checked in the published snapshots")
+	f.StringVar(&cfg.ProfilePath, "publish-profile", "", "write the CPU profile of the publishing phase here (pprof labels mark the publisher: retina=iceberg)")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
 }
 

@@ -48,6 +48,8 @@ type pipelineConfig struct {
 	Logger  *slog.Logger
 	// Node tunes the embedded node (tests shrink the write buffer).
 	Node func(*server.NodeConfig)
+	// Server adjusts the server's configuration.
+	Server func(*server.Config)
 }
 
 func startPipeline(ctx context.Context, cfg pipelineConfig) (p *pipeline, err error) {
@@ -94,6 +96,9 @@ func startPipeline(ctx context.Context, cfg pipelineConfig) (p *pipeline, err er
 			d.Columns = append(d.Columns, server.ColumnDecl{Name: c.Name, Type: c.Type})
 		}
 		sc.Tables = append(sc.Tables, d)
+	}
+	if cfg.Server != nil {
+		cfg.Server(&sc)
 	}
 	pr, pw := io.Pipe()
 	p.pw = pw

@@ -10,11 +10,11 @@ package iceberg
 // masked leaves the table.
 //
 // Each publication writes at most one piece per table: the rows virtual
-// files gained since the last one, merged with the newest pieces while an
-// older piece is not mergeFanout times larger than what it would merge
-// with (or while the table has more pieces than it may), so a table holds
-// a few pieces of geometrically growing size and every row is rewritten a
-// few times at most before its file becomes regular.
+// files gained since the last one, merged with the newest pieces as long
+// as an older piece is not larger than what follows it (a binary counter:
+// piece sizes halve from the oldest to the newest, a row is rewritten
+// about log2 of the publications its file takes to fill, and a table has
+// about as many pieces), or while the table has more pieces than it may.
 
 // segment is a run of a virtual file's offsets in a piece.
 type segment struct {
@@ -78,18 +78,14 @@ type span struct {
 	Lo, Hi int64
 }
 
-// mergeFanout is how much larger an older piece must be than the newer
-// rows to stay as it is.
-const mergeFanout = 4
-
-// mergeFrom chooses which pieces a publication rewrites together with the
-// new rows: the returned index i means pieces[i:] (oldest first, live rows
-// in live) are merged with fresh rows into one piece. An older piece
-// joins while it is not mergeFanout times the size of what follows it, or
-// while the table would have more than maxPieces pieces.
+// mergeFrom chooses which pieces (or positional delete files) a
+// publication rewrites together with the new rows: the returned index i
+// means pieces[i:] (oldest first, live rows in live) are merged with fresh
+// rows into one. An older piece joins while it is not larger than what
+// follows it, or while the table would have more than maxPieces.
 func mergeFrom(live []int64, fresh int64, maxPieces int) int {
 	i, acc := len(live), fresh
-	for i > 0 && (live[i-1] < mergeFanout*acc || i+1 > maxPieces) {
+	for i > 0 && (live[i-1] <= acc || i+1 > maxPieces) {
 		i--
 		acc += live[i]
 	}

@@ -36,14 +36,16 @@ type publication struct {
 // Bytes counts what a publication wrote, by kind.
 type Bytes struct {
 	Data, Deletes, Metadata int64
+	// PieceRows are the rows written into pieces.
+	PieceRows int64
 }
 
 // maxDeleteFiles bounds a table's positional delete files.
 const maxDeleteFiles = 8
 
 // metadataLogMax is how many earlier metadata files a table's metadata
-// lists (and keeps).
-const metadataLogMax = 5
+// lists (and keeps): more than its version hint may lag.
+const metadataLogMax = hintEvery + 2
 
 func (pb *publication) put(ctx context.Context, key string, data []byte, kind *int64) error {
 	if err := pb.p.cfg.Lake.Put(ctx, key, data); err != nil {
@@ -91,6 +93,17 @@ func (pb *publication) table(ctx context.Context, prev *tableState, ts TableStat
 	files := map[uint64]FileState{}
 	regularKeys := map[string]FileState{}
 	for _, f := range ts.Files {
+		if f.Virtual && f.Rows > 0 {
+			if rows, ok := pb.p.cfg.Combined(f.ID); ok && rows >= f.Rows {
+				// Combined since the checkpoint: its regular object holds
+				// the rows of the state first, and the rest, which came
+				// later, are masked, so no piece need hold them.
+				hidden := make([]uint64, words(rows))
+				copy(hidden, f.Deleted)
+				setRange(hidden, f.Rows, rows)
+				f = FileState{ID: f.ID, Key: f.Key, Replayer: f.Replayer, Rows: rows, Deleted: hidden}
+			}
+		}
 		files[f.ID] = f
 		if f.Virtual {
 			if f.Rows > 0 {
@@ -213,6 +226,7 @@ func (pb *publication) pieces(ctx context.Context, next *tableState, ts TableSta
 	for _, s := range fresh {
 		next.Upto[s.File] = s.Hi
 	}
+	pb.bytes.PieceRows += w.rows
 	if w.rows == 0 {
 		return nil // every row written since is deleted already
 	}

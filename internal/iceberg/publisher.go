@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,7 +36,11 @@ type Config struct {
 	// Live says Retina's catalog still names an object: the publisher
 	// deletes an object of Retina's that no retained snapshot names any
 	// more only once Retina no longer has it.
-	Live       func(key string) bool
+	Live func(key string) bool
+	// Combined says a file is regular now and how many rows its object
+	// holds: a file virtual in a state but combined by the time it is
+	// published is published as it is rather than rewritten in a piece.
+	Combined   func(file uint64) (rows int64, ok bool)
 	Failpoints *failpoint.Set
 	Logger     *slog.Logger
 	// Now is the clock (tests set it).
@@ -109,7 +114,7 @@ type Publisher struct {
 	reader rowReader
 	base   string // the URI prefix of lake keys
 
-	run sync.Mutex // one publication at a time
+	running sync.Mutex // one publication at a time
 
 	mu      sync.Mutex
 	tables  map[uint32]*tableState // the committed tables, by Retina table id
@@ -156,6 +161,9 @@ func Open(ctx context.Context, cfg Config) (*Publisher, error) {
 	}
 	if cfg.Live == nil {
 		cfg.Live = func(string) bool { return true }
+	}
+	if cfg.Combined == nil {
+		cfg.Combined = func(uint64) (int64, bool) { return 0, false }
 	}
 	probe, ok := cfg.Lake.ObjectURI("iceberg")
 	if !ok {
@@ -231,6 +239,12 @@ func (p *Publisher) metadataKeys(t *tableState) []string {
 
 func hintKey(dir string) string { return dir + "/metadata/version-hint.text" }
 
+// hintEvery is how many versions a table's version hint may lag: writing
+// it with every publication cost a sixth of the publisher's writes, and a
+// reader that opens a table by its location then reads a version at most
+// this many publications old, which the table keeps (metadataLogMax).
+const hintEvery = 10
+
 // Keeps says a retained snapshot, or a publication under way, names the
 // object: Retina's GC must leave it to the publisher.
 func (p *Publisher) Keeps(key string) bool {
@@ -294,9 +308,20 @@ func (p *Publisher) release(st *State) {
 	}
 }
 
+// CPULabelKey and CPULabel mark the publisher's goroutine in CPU
+// profiles (pprof labels), so its share of the CPU can be measured.
+const (
+	CPULabelKey = "retina"
+	CPULabel    = "iceberg"
+)
+
 // Run publishes what is offered, at most once an interval, until ctx
 // ends.
 func (p *Publisher) Run(ctx context.Context) {
+	pprof.Do(ctx, pprof.Labels(CPULabelKey, CPULabel), p.run)
+}
+
+func (p *Publisher) run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -329,8 +354,8 @@ func (p *Publisher) Run(ctx context.Context) {
 // Publish commits one snapshot of every table at st. On error nothing
 // changes: the previous snapshots stay current.
 func (p *Publisher) Publish(ctx context.Context, st *State) error {
-	p.run.Lock()
-	defer p.run.Unlock()
+	p.running.Lock()
+	defer p.running.Unlock()
 	start := time.Now()
 	p.mu.Lock()
 	id, prev := p.nextID, maps.Clone(p.tables)
@@ -385,9 +410,16 @@ func (p *Publisher) Publish(ctx context.Context, st *State) error {
 	p.mu.Unlock()
 
 	for _, t := range next {
-		if err := p.cfg.Lake.Put(ctx, hintKey(t.Dir), []byte(strconv.Itoa(t.Version))); err != nil {
-			p.log.Warn("could not write a table's version hint; readers that open the table by its location see the version before", "table", t.Namespace+"."+t.Name, "err", err)
+		old := oldTables[t.TableID]
+		if !st.Final && old != nil && old.Dir == t.Dir && old.hinted > 0 && t.Version-old.hinted < hintEvery {
+			t.hinted = old.hinted
+			continue
 		}
+		if err := p.cfg.Lake.Put(ctx, hintKey(t.Dir), []byte(strconv.Itoa(t.Version))); err != nil {
+			p.log.Warn("could not write a table's version hint; readers that open the table by its location see an earlier version", "table", t.Namespace+"."+t.Name, "err", err)
+			continue
+		}
+		t.hinted = t.Version
 	}
 	p.cfg.Failpoints.Hit(failpoint.IcebergBeforeExpire)
 	p.expire(ctx, oldKept, newKept, oldTables, next)
@@ -410,6 +442,7 @@ func (p *Publisher) Publish(ctx context.Context, st *State) error {
 	p.stats.Written.Data += pb.bytes.Data
 	p.stats.Written.Deletes += pb.bytes.Deletes
 	p.stats.Written.Metadata += pb.bytes.Metadata
+	p.stats.Written.PieceRows += pb.bytes.PieceRows
 	p.history = append(p.history, res)
 	if len(p.history) > historyMax {
 		p.history = slices.Delete(p.history, 0, len(p.history)-historyMax)

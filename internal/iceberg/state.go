@@ -22,6 +22,9 @@ type State struct {
 	// Sources are the change sources with their positions at TS.
 	Sources []Source
 	Tables  []TableState
+	// Final marks a clean stop's last state: every version hint is
+	// brought up to date.
+	Final bool
 }
 
 // Source is a change source and where it stood at the state's timestamp.
@@ -79,6 +82,7 @@ type tableState struct {
 	// metaJSON is the current metadata file's bytes, served as they are.
 	metaJSON []byte
 	Version  int // its number: v<Version>.metadata.json
+	hinted   int // the version its version hint names (0: not written by this process)
 
 	// Data are the data files of the current snapshot by path: Retina's
 	// regular files and pieces.

@@ -114,6 +114,7 @@ func (s *Sealed) Write(ctx context.Context, sources []checkpoint.Source) error {
 		// Offered before GC learns the checkpoint is durable: the files
 		// the state names stay until it is published or superseded.
 		st := icebergState(m, s.snap, s.sealed, deleted)
+		st.Final = s.clean
 		if s.publishNow {
 			if err := n.Iceberg.Publish(ctx, st); err != nil {
 				n.log.Warn("could not publish the last checkpoint to Iceberg; the next start publishes it", "snapshot_ts", m.TS, "err", err)

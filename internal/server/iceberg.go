@@ -42,7 +42,7 @@ func (n *Node) openIceberg(ctx context.Context) error {
 		return nil
 	}
 	p, err := iceberg.Open(ctx, iceberg.Config{Lake: n.Lake, Buffers: n.buffer, FormatVersion: n.Config.Iceberg.FormatVersion,
-		Interval: n.Config.Iceberg.Interval, Retention: n.Config.Iceberg.Retention, Live: n.liveObject,
+		Interval: n.Config.Iceberg.Interval, Retention: n.Config.Iceberg.Retention, Live: n.liveObject, Combined: n.combined,
 		Failpoints: n.Config.Failpoints, Logger: n.log})
 	if err != nil {
 		return err
@@ -125,6 +125,15 @@ func (n *Node) liveObject(key string) bool {
 		}
 	}
 	return false
+}
+
+// combined says a file is regular in the catalog now, with its rows.
+func (n *Node) combined(id uint64) (int64, bool) {
+	f, ok := n.Catalog.Snapshot().File(id)
+	if !ok || f.State == catalog.Virtual || len(f.RowGroups) == 0 {
+		return 0, false
+	}
+	return f.Rows(), true
 }
 
 // buffer is a replayer's write buffer of a table.

@@ -1,0 +1,330 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/retinadb/retina/internal/iceberg"
+	"github.com/retinadb/retina/internal/server"
+)
+
+// IcebergConfig parameterises `retina bench iceberg`.
+type IcebergConfig struct {
+	SF   float64
+	Seed uint64
+	// Rate row changes/s stream for Duration while every table is
+	// published each Interval.
+	Rate          int
+	Duration      time.Duration
+	Interval      time.Duration
+	FormatVersion int
+	// SustainFor is the length of each full-speed phase (publication off,
+	// then on) timed for the ingest slowdown.
+	SustainFor time.Duration
+	// CheckEvery is how often the bank invariants are checked in the
+	// published snapshots while the stream runs.
+	CheckEvery time.Duration
+	// ProfilePath, when set, gets the CPU profile of the stream's phase
+	// (the publisher's goroutine labelled retina=iceberg).
+	ProfilePath string
+	Logger      *slog.Logger
+}
+
+// DefaultIcebergConfig is the issue's: 50K row changes/s for 60 s,
+// publishing every second.
+func DefaultIcebergConfig() IcebergConfig {
+	return IcebergConfig{SF: 0.05, Seed: 1, Rate: 50_000, Duration: 60 * time.Second, Interval: time.Second, FormatVersion: 2,
+		SustainFor: 15 * time.Second, CheckEvery: 5 * time.Second}
+}
+
+// IcebergResult are the figures of one run.
+type IcebergResult struct {
+	RowsPerSecOff, RowsPerSecOn float64
+	IngestSlowdown              float64
+	Publications                int
+	LagP50, LagP99              time.Duration
+	CPUShare                    float64
+	// Per table, the most data and delete files a published snapshot had,
+	// and the most files Retina itself had then; DataOverRetina is the
+	// largest data files / Retina's files of any table and publication.
+	DataFilesMax, DeleteFilesMax, RetinaFilesMax map[string]int
+	DataOverRetina                               float64
+	// MetadataBytes is the metadata written per table snapshot over the
+	// run; Early and Late over seconds 20–30 and the last 10 s.
+	MetadataBytes, MetadataEarly, MetadataLate float64
+	// Written is what the publications of the stream's phase wrote.
+	Written                            iceberg.Bytes
+	RowsEqual                          bool
+	Differences                        []string
+	InvariantChecks, InvariantFailures int
+	Failures                           []string
+}
+
+// RunIceberg runs the benchmark: two full-speed phases (publication off in
+// one pipeline, on in another) for the ingest slowdown, then the stream at
+// Rate for Duration with publication on, the bank invariants checked in
+// the published snapshots meanwhile, and at the end every table's last
+// snapshot compared with Retina's SQL.
+func RunIceberg(ctx context.Context, cfg IcebergConfig, logf func(format string, args ...any)) (*IcebergResult, error) {
+	res := &IcebergResult{DataFilesMax: map[string]int{}, DeleteFilesMax: map[string]int{}, RetinaFilesMax: map[string]int{}}
+	off, err := sustained(ctx, cfg, false)
+	if err != nil {
+		return nil, err
+	}
+	res.RowsPerSecOff = off
+	logf("full speed, publication off: %.0f rows/s", off)
+
+	var mu sync.Mutex
+	var pubs []iceberg.Published
+	tune := func(nc *server.NodeConfig) {
+		nc.Iceberg = server.IcebergConfig{Interval: cfg.Interval, FormatVersion: cfg.FormatVersion, Retention: 10 * time.Minute}
+	}
+	p, err := startPipeline(ctx, pipelineConfig{SF: cfg.SF, Seed: cfg.Seed, Logger: cfg.Logger, Node: tune,
+		Server: func(c *server.Config) { c.IcebergAddr = "127.0.0.1:0" }})
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	pub := p.srv.Node.Iceberg
+	if pub == nil {
+		return nil, fmt.Errorf("iceberg bench: the server does not publish")
+	}
+	if err := p.load(ctx); err != nil {
+		return nil, err
+	}
+	on, err := p.fullSpeed(ctx, cfg.SustainFor)
+	if err != nil {
+		return nil, err
+	}
+	res.RowsPerSecOn = on
+	res.IngestSlowdown = off / on
+	logf("full speed, publication on: %.0f rows/s (slowdown %.3f)", on, res.IngestSlowdown)
+	if err := p.waitCommitted(ctx); err != nil {
+		return nil, err
+	}
+
+	reader, err := newIcebergReader(ctx, p.srv.IcebergURI())
+	if err != nil {
+		return nil, err
+	}
+	pub.OnPublished = func(r iceberg.Published) {
+		mu.Lock()
+		pubs = append(pubs, r)
+		mu.Unlock()
+	}
+	var prof bytes.Buffer
+	if err := pprof.StartCPUProfile(&prof); err != nil {
+		return nil, fmt.Errorf("iceberg bench: CPU profile: %w", err)
+	}
+	start := time.Now()
+	pr := newProbes()
+	err = p.withStream(ctx, cfg.Rate, pr, false, func(ctx context.Context) error {
+		tick := time.NewTicker(cfg.CheckEvery)
+		defer tick.Stop()
+		deadline := time.After(cfg.Duration)
+		for {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-deadline:
+				return nil
+			case <-tick.C:
+			}
+			_, ts := pub.Current()
+			failures, err := reader.bankInvariants(ctx, ts, p.gen.TotalBalance())
+			if err != nil {
+				return err
+			}
+			res.InvariantChecks++
+			res.InvariantFailures += len(failures)
+			res.Failures = append(res.Failures, failures...)
+		}
+	})
+	pprof.StopCPUProfile()
+	if err != nil {
+		return nil, err
+	}
+	if res.CPUShare, err = labelledShare(prof.Bytes(), iceberg.CPULabel); err != nil {
+		return nil, err
+	}
+	if cfg.ProfilePath != "" {
+		if err := os.WriteFile(cfg.ProfilePath, prof.Bytes(), 0o644); err != nil {
+			return nil, fmt.Errorf("iceberg bench: %w", err)
+		}
+	}
+	if err := p.waitCommitted(ctx); err != nil {
+		return nil, err
+	}
+
+	// Everything is committed: wait for the publication of the last
+	// commit, then compare every table with Retina's SQL.
+	w, err := p.srv.Node.Txn.Watermarks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		if _, ts := pub.Current(); ts >= w.HWM-1 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	diffs, err := reader.tablesEqual(ctx, p.db, w.HWM-1)
+	if err != nil {
+		return nil, err
+	}
+	res.RowsEqual, res.Differences = len(diffs) == 0, diffs
+	failures, err := reader.bankInvariants(ctx, w.HWM-1, p.gen.TotalBalance())
+	if err != nil {
+		return nil, err
+	}
+	res.InvariantChecks++
+	res.InvariantFailures += len(failures)
+	res.Failures = append(res.Failures, failures...)
+
+	mu.Lock()
+	pubs = slices.Clone(pubs)
+	mu.Unlock()
+	res.summarize(pubs, start)
+	logf("published %d times: lag P50 %.0f ms, P99 %.0f ms; CPU share %.3f; metadata %.0f B per table snapshot (seconds 20-30: %.0f, last 10 s: %.0f)",
+		res.Publications, ms(res.LagP50), ms(res.LagP99), res.CPUShare, res.MetadataBytes, res.MetadataEarly, res.MetadataLate)
+	return res, p.close()
+}
+
+// sustained is the full-speed ingest rate of a fresh pipeline with
+// publication on or off.
+func sustained(ctx context.Context, cfg IcebergConfig, publish bool) (float64, error) {
+	tune := func(nc *server.NodeConfig) {
+		nc.Iceberg = server.IcebergConfig{}
+		if publish {
+			nc.Iceberg = server.IcebergConfig{Interval: cfg.Interval, FormatVersion: cfg.FormatVersion, Retention: 10 * time.Minute}
+		}
+	}
+	p, err := startPipeline(ctx, pipelineConfig{SF: cfg.SF, Seed: cfg.Seed, Logger: cfg.Logger, Node: tune})
+	if err != nil {
+		return 0, err
+	}
+	defer p.close()
+	if err := p.load(ctx); err != nil {
+		return 0, err
+	}
+	rate, err := p.fullSpeed(ctx, cfg.SustainFor)
+	if err != nil {
+		return 0, err
+	}
+	return rate, p.close()
+}
+
+// fullSpeed streams as fast as the pipeline takes it and returns the rows
+// committed per second after a second of warm-up.
+func (p *pipeline) fullSpeed(ctx context.Context, d time.Duration) (float64, error) {
+	var from, to uint64
+	var tFrom, tTo time.Time
+	err := p.withStream(ctx, 0, newProbes(), false, func(ctx context.Context) error {
+		if err := sleepFor(time.Second)(ctx); err != nil {
+			return err
+		}
+		from, tFrom = p.srv.IngestStats().Committed, time.Now()
+		if err := sleepFor(d)(ctx); err != nil {
+			return err
+		}
+		to, tTo = p.srv.IngestStats().Committed, time.Now()
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return float64(to-from) / tTo.Sub(tFrom).Seconds(), nil
+}
+
+// summarize computes the publication figures of the stream's phase.
+func (res *IcebergResult) summarize(pubs []iceberg.Published, start time.Time) {
+	var lags []time.Duration
+	var early, late [2]float64 // bytes, table snapshots
+	var all [2]float64
+	end := start
+	for _, p := range pubs {
+		if p.Committed.After(end) {
+			end = p.Committed
+		}
+	}
+	for _, p := range pubs {
+		if p.Committed.Before(start) {
+			continue
+		}
+		res.Publications++
+		res.Written.Data += p.Bytes.Data
+		res.Written.Deletes += p.Bytes.Deletes
+		res.Written.Metadata += p.Bytes.Metadata
+		res.Written.PieceRows += p.Bytes.PieceRows
+		lags = append(lags, p.Committed.Sub(p.Sealed))
+		for _, t := range p.Tables {
+			name := t.Name
+			res.DataFilesMax[name] = max(res.DataFilesMax[name], t.DataFiles)
+			res.DeleteFilesMax[name] = max(res.DeleteFilesMax[name], t.DeleteFiles)
+			res.RetinaFilesMax[name] = max(res.RetinaFilesMax[name], t.RetinaFiles)
+			if t.RetinaFiles > 0 {
+				res.DataOverRetina = max(res.DataOverRetina, float64(t.DataFiles)/float64(t.RetinaFiles))
+			}
+		}
+		n := float64(len(p.Tables))
+		b := float64(p.Bytes.Metadata)
+		all[0], all[1] = all[0]+b, all[1]+n
+		at := p.Committed.Sub(start)
+		if at >= 20*time.Second && at < 30*time.Second {
+			early[0], early[1] = early[0]+b, early[1]+n
+		}
+		if end.Sub(p.Committed) < 10*time.Second {
+			late[0], late[1] = late[0]+b, late[1]+n
+		}
+	}
+	per := func(x [2]float64) float64 {
+		if x[1] == 0 {
+			return 0
+		}
+		return x[0] / x[1]
+	}
+	res.MetadataBytes, res.MetadataEarly, res.MetadataLate = per(all), per(early), per(late)
+	res.LagP50, res.LagP99 = percentile(lags, 50), percentile(lags, 99)
+}
+
+// labelledShare is the share of a CPU profile's samples taken while a
+// goroutine carrying the label ran.
+func labelledShare(data []byte, label string) (float64, error) {
+	prof, err := profile.ParseData(data)
+	if err != nil {
+		return 0, fmt.Errorf("iceberg bench: read the CPU profile: %w", err)
+	}
+	idx := -1
+	for i, st := range prof.SampleType {
+		if st.Type == "cpu" {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return 0, fmt.Errorf("iceberg bench: the CPU profile has no cpu samples")
+	}
+	var total, labelled int64
+	for _, s := range prof.Sample {
+		total += s.Value[idx]
+		if slices.Contains(s.Label[iceberg.CPULabelKey], label) {
+			labelled += s.Value[idx]
+		}
+	}
+	if total == 0 {
+		return 0, nil
+	}
+	return float64(labelled) / float64(total), nil
+}
