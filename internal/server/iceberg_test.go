@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http/httptest"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/iceberg/rest"
+	"github.com/retinadb/retina/internal/lake"
 	"github.com/retinadb/retina/internal/replay"
 	"github.com/retinadb/retina/internal/server"
 	"github.com/retinadb/retina/internal/server/servertest"
@@ -150,6 +152,71 @@ func TestIcebergSnapshotsEqualSQL(t *testing.T) {
 	}
 }
 
+// TestIcebergKeepsWhatRetainedSnapshotsName: storage GC replaces a file
+// an earlier snapshot names; its catalog entry goes, its object stays while
+// the snapshot is retained (the snapshot still reads exactly what Retina
+// read at its timestamp), and goes with the snapshot.
+func TestIcebergKeepsWhatRetainedSnapshotsName(t *testing.T) {
+	ctx := context.Background()
+	h := openIcebergNodeWith(t, 3, 3*time.Second, 0)
+	tb := servertest.CreateTable(t, h.n, "account", []catalog.Column{
+		{Name: "id", Type: types.Of(types.Int64)}, {Name: "balance", Type: types.Of(types.Int64)},
+	}, "id")
+	var ops []replay.Op
+	for id := range int64(1100) { // two regular files of 512 rows and a filling one
+		ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{id, id * 10}})
+	}
+	servertest.Apply(t, h.n, ops...)
+	regular := waitRegular(t, h.n, tb.ID, 2)
+	old := regular[0]
+	first := h.publish(t)
+
+	ops = ops[:0]
+	for id := range int64(460) { // most of the first file
+		ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Delete, Key: []any{id}})
+	}
+	servertest.Apply(t, h.n, ops...)
+	if err := h.n.StorageGCRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.publish(t) // its checkpoint switches the rewrite in
+	// LWM passes the switch once something commits after it.
+	servertest.Apply(t, h.n, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{int64(5001), int64(1)}})
+	if err := h.n.StorageGCRound(ctx); err != nil { // drops the replaced file
+		t.Fatal(err)
+	}
+	if f, ok := h.n.Catalog.Snapshot().File(old.ID); ok {
+		t.Fatalf("storage GC did not drop file %d (%s)", old.ID, f.State)
+	}
+	if _, err := h.n.Lake.Size(ctx, old.Key); err != nil {
+		t.Fatalf("the object of file %d, which a retained snapshot names, is gone: %v", old.ID, err)
+	}
+	at, err := h.loadTable(t, tb.Name).Scan(icetable.WithSnapshotID(first.id)).ToArrowTable(ctx)
+	if err != nil {
+		t.Fatalf("scan the first snapshot after storage GC: %v", err)
+	}
+	var want []string
+	for id := range int64(1100) {
+		want = append(want, fmt.Sprintf("%d|%d", id, id*10))
+	}
+	slices.Sort(want)
+	got := arrowRows(t, at)
+	at.Release()
+	if !slices.Equal(got, want) {
+		t.Fatalf("the first snapshot reads %d rows after storage GC, want %d:\n%s", len(got), len(want), firstDiff(got, want))
+	}
+
+	time.Sleep(3 * time.Second) // past the retention
+	servertest.Apply(t, h.n, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{int64(5000), int64(1)}})
+	h.publish(t)
+	if md := h.loadTable(t, tb.Name).Metadata(); md.SnapshotByID(first.id) != nil {
+		t.Fatalf("snapshot %d is still listed past the retention", first.id)
+	}
+	if _, err := h.n.Lake.Size(ctx, old.Key); !errors.Is(err, lake.ErrNotFound) {
+		t.Fatalf("the object of file %d outlived the last snapshot naming it: %v", old.ID, err)
+	}
+}
+
 func slicesKeys(m map[int64][]any) []int64 {
 	out := make([]int64, 0, len(m))
 	for k := range m {
@@ -174,13 +241,21 @@ type publishedAt struct {
 
 func openIcebergNode(t *testing.T, version int) *icebergNode {
 	t.Helper()
+	return openIcebergNodeWith(t, version, 10*time.Minute, 15*time.Minute)
+}
+
+// openIcebergNodeWith opens a node with a snapshot retention and a
+// time-travel history (0: none; LWM then follows the queries and storage
+// GC can rewrite).
+func openIcebergNodeWith(t *testing.T, version int, retention, history time.Duration) *icebergNode {
+	t.Helper()
 	dir := t.TempDir()
 	n := servertest.OpenNodeTuned(t, func(c *server.NodeConfig) {
 		c.DataDir, c.Lake = filepath.Join(dir, "data"), "file://"+filepath.Join(dir, "lake")
 		c.BlockRows, c.FileBlocks = 32, 16
-		c.QueryHistory = 15 * time.Minute
+		c.QueryHistory = history
 		c.StorageGC = server.StorageGCConfig{StaleShare: 0.2}
-		c.Iceberg = server.IcebergConfig{Interval: time.Second, FormatVersion: version, Retention: 10 * time.Minute}
+		c.Iceberg = server.IcebergConfig{Interval: time.Second, FormatVersion: version, Retention: retention}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
