@@ -44,13 +44,16 @@ type served struct {
 	httpURL string
 	// mysqlAddr is the OLTP endpoint when started with --mysql-addr.
 	mysqlAddr string
-	out       *bytes.Buffer // stdout and stderr after the address line
-	exited    chan error
+	// icebergURI is the Iceberg REST catalog when started with --iceberg-addr.
+	icebergURI string
+	out        *bytes.Buffer // stdout and stderr after the address line
+	exited     chan error
 }
 
 var (
 	servingLine = regexp.MustCompile(`retina serving: SQL on (\S+) .*metrics on (http://\S+)/metrics`)
 	mysqlLine   = regexp.MustCompile(`retina serving: OLTP writes over MySQL protocol on (\S+) `)
+	icebergLine = regexp.MustCompile(`retina serving: Iceberg REST catalog on \S+ \(uri (\S+)\)`)
 )
 
 func startServe(t *testing.T, args ...string) *served {
@@ -77,7 +80,8 @@ func startServe(t *testing.T, args ...string) *served {
 	}()
 	timeout := time.After(60 * time.Second)
 	wantMySQL := slices.Contains(args, "--mysql-addr")
-	for s.sqlAddr == "" || wantMySQL && s.mysqlAddr == "" {
+	wantIceberg := slices.Contains(args, "--iceberg-addr")
+	for s.sqlAddr == "" || wantMySQL && s.mysqlAddr == "" || wantIceberg && s.icebergURI == "" {
 		select {
 		case l, ok := <-lines:
 			if !ok {
@@ -89,6 +93,9 @@ func startServe(t *testing.T, args ...string) *served {
 			}
 			if m := mysqlLine.FindStringSubmatch(l); m != nil {
 				s.mysqlAddr = m[1]
+			}
+			if m := icebergLine.FindStringSubmatch(l); m != nil {
+				s.icebergURI = m[1]
 			}
 		case <-timeout:
 			cmd.Process.Kill()

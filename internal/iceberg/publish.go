@@ -264,16 +264,28 @@ type deleteFile struct {
 // positionDeletes writes the positions masked since the last publication
 // into one new delete file, merged with the newest ones as mergeFrom
 // decides; delete files all of whose positions are of data files the
-// table no longer has leave it.
+// table no longer has leave it. A data file's masked positions only grow,
+// but for one: a file combined since its state's checkpoint is published
+// with the rows it gained after the checkpoint masked, and they show in
+// the next publication. The delete files holding such a file's positions
+// are then merged again without the positions no longer masked.
 func (pb *publication) positionDeletes(ctx context.Context, next *tableState, masks map[string][]uint64, snap, seq int64) error {
 	var rows []position
 	fresh := next.Masked == nil
+	unmasked := map[string]bool{}
 	for _, path := range slices.Sorted(maps.Keys(masks)) {
 		bm := masks[path]
 		if !fresh {
 			bm = andNot(bm, next.Masked[path])
 		}
 		eachSet(bm, func(i int64) { rows = append(rows, position{path, i}) })
+	}
+	if !fresh {
+		for path, prev := range next.Masked {
+			if _, ok := next.Data[path]; ok && count(andNot(prev, masks[path])) > 0 {
+				unmasked[path] = true
+			}
+		}
 	}
 	var kept []*deleteFile
 	var live []int64
@@ -296,6 +308,17 @@ func (pb *publication) positionDeletes(ctx context.Context, next *tableState, ma
 	if len(rows) > 0 || len(kept) > maxDeleteFiles {
 		from = mergeFrom(live, int64(len(rows)), maxDeleteFiles)
 	}
+	for i, d := range kept {
+		if i >= from {
+			break
+		}
+		for path := range unmasked {
+			if d.covers[path] > 0 {
+				from = i
+				break
+			}
+		}
+	}
 	for _, d := range kept[from:] {
 		data, err := pb.p.cfg.Lake.Get(ctx, d.Key)
 		if err != nil {
@@ -306,7 +329,7 @@ func (pb *publication) positionDeletes(ctx context.Context, next *tableState, ma
 			return fmt.Errorf("iceberg: merge delete files: %s: %w", d.Key, err)
 		}
 		for _, r := range old {
-			if _, ok := next.Data[r.path]; ok {
+			if _, ok := next.Data[r.path]; ok && (!unmasked[r.path] || bitAt(masks[r.path], r.pos)) {
 				rows = append(rows, r)
 			}
 		}
