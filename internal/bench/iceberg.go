@@ -70,6 +70,10 @@ func Iceberg(ctx context.Context, r *Report, cfg IcebergConfig) error {
 	r.Set("rows_per_sec_publication_off", math.Round(res.RowsPerSecOff))
 	r.Set("rows_per_sec_publication_on", math.Round(res.RowsPerSecOn))
 	r.Set("ingest_slowdown_ratio", round(res.IngestSlowdown, 3))
+	r.Set("cpu_us_per_row_publication_off", round(res.CPUPerRowOff*1e6, 3))
+	r.Set("cpu_us_per_row_publication_on", round(res.CPUPerRowOn*1e6, 3))
+	r.Set("gc_cpu_share_publication_off", round(res.GCShareOff, 3))
+	r.Set("gc_cpu_share_publication_on", round(res.GCShareOn, 3))
 	r.Set("invariant_checks", res.InvariantChecks)
 	r.Set("invariant_failures", res.InvariantFailures)
 	if len(res.Failures) > 0 {

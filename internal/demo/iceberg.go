@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/google/pprof/profile"
@@ -27,8 +29,8 @@ type IcebergConfig struct {
 	Duration      time.Duration
 	Interval      time.Duration
 	FormatVersion int
-	// SustainFor is the length of each full-speed phase (publication off,
-	// then on) timed for the ingest slowdown.
+	// SustainFor is how long each pipeline (publication off, and on)
+	// streams at full speed, in turns, for the ingest slowdown.
 	SustainFor time.Duration
 	// CheckEvery is how often the bank invariants are checked in the
 	// published snapshots while the stream runs.
@@ -43,16 +45,22 @@ type IcebergConfig struct {
 // publishing every second.
 func DefaultIcebergConfig() IcebergConfig {
 	return IcebergConfig{SF: 0.05, Seed: 1, Rate: 50_000, Duration: 60 * time.Second, Interval: time.Second, FormatVersion: 2,
-		SustainFor: 15 * time.Second, CheckEvery: 5 * time.Second}
+		SustainFor: 24 * time.Second, CheckEvery: 5 * time.Second}
 }
 
 // IcebergResult are the figures of one run.
 type IcebergResult struct {
 	RowsPerSecOff, RowsPerSecOn float64
 	IngestSlowdown              float64
-	Publications                int
-	LagP50, LagP99              time.Duration
-	CPUShare                    float64
+	// GCShareOff and GCShareOn are the share of the CPU Go's collector
+	// took in the full-speed turns without and with publication.
+	GCShareOff, GCShareOn float64
+	// CPUPerRowOff and CPUPerRowOn are the process's CPU seconds per row
+	// committed in those turns.
+	CPUPerRowOff, CPUPerRowOn float64
+	Publications              int
+	LagP50, LagP99            time.Duration
+	CPUShare                  float64
 	// Per table, the most data and delete files a published snapshot had,
 	// and the most files Retina itself had then; DataOverRetina is the
 	// largest data files / Retina's files of any table and publication.
@@ -69,26 +77,33 @@ type IcebergResult struct {
 	Failures                           []string
 }
 
-// RunIceberg runs the benchmark: two full-speed phases (publication off in
-// one pipeline, on in another) for the ingest slowdown, then the stream at
-// Rate for Duration with publication on, the bank invariants checked in
-// the published snapshots meanwhile, and at the end every table's last
-// snapshot compared with Retina's SQL.
+// RunIceberg runs the benchmark: full-speed phases in turns in two
+// pipelines (publication off in one, on in the other) for the ingest
+// slowdown, then the stream at Rate for Duration with publication on, the
+// bank invariants checked in the published snapshots meanwhile, and at
+// the end every table's last snapshot compared with Retina's SQL.
 func RunIceberg(ctx context.Context, cfg IcebergConfig, logf func(format string, args ...any)) (*IcebergResult, error) {
 	res := &IcebergResult{DataFilesMax: map[string]int{}, DeleteFilesMax: map[string]int{}, RetinaFilesMax: map[string]int{}}
-	off, err := sustained(ctx, cfg, false)
+	var mu sync.Mutex
+	var pubs []iceberg.Published
+	tune := func(publish bool) func(*server.NodeConfig) {
+		return func(nc *server.NodeConfig) {
+			nc.Iceberg = server.IcebergConfig{}
+			if publish {
+				nc.Iceberg = server.IcebergConfig{Interval: cfg.Interval, FormatVersion: cfg.FormatVersion, Retention: 10 * time.Minute}
+			}
+		}
+	}
+	// Two pipelines with the same data, publication off in one and on in
+	// the other, streamed into at full speed in turns (the machine's speed
+	// drifts; turns make the ratio fair), then the one that publishes
+	// streams at the rate.
+	off, err := startPipeline(ctx, pipelineConfig{SF: cfg.SF, Seed: cfg.Seed, Logger: cfg.Logger, Node: tune(false)})
 	if err != nil {
 		return nil, err
 	}
-	res.RowsPerSecOff = off
-	logf("full speed, publication off: %.0f rows/s", off)
-
-	var mu sync.Mutex
-	var pubs []iceberg.Published
-	tune := func(nc *server.NodeConfig) {
-		nc.Iceberg = server.IcebergConfig{Interval: cfg.Interval, FormatVersion: cfg.FormatVersion, Retention: 10 * time.Minute}
-	}
-	p, err := startPipeline(ctx, pipelineConfig{SF: cfg.SF, Seed: cfg.Seed, Logger: cfg.Logger, Node: tune,
+	defer off.close()
+	p, err := startPipeline(ctx, pipelineConfig{SF: cfg.SF, Seed: cfg.Seed, Logger: cfg.Logger, Node: tune(true),
 		Server: func(c *server.Config) { c.IcebergAddr = "127.0.0.1:0" }})
 	if err != nil {
 		return nil, err
@@ -98,19 +113,56 @@ func RunIceberg(ctx context.Context, cfg IcebergConfig, logf func(format string,
 	if pub == nil {
 		return nil, fmt.Errorf("iceberg bench: the server does not publish")
 	}
-	if err := p.load(ctx); err != nil {
+	for _, q := range []*pipeline{off, p} {
+		if err := q.load(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var offRates, onRates []float64
+	var gcShare [2][2]float64   // off, on: GC CPU seconds, all CPU seconds
+	var cpuPerRow [2][2]float64 // off, on: process CPU seconds, rows
+	for range sustainTurns {
+		for _, q := range []*pipeline{off, p} {
+			gc0, all0 := cpuSeconds()
+			ru0 := processCPU()
+			rows0 := q.srv.IngestStats().Committed
+			rate, err := q.fullSpeed(ctx, cfg.SustainFor/sustainTurns)
+			if err != nil {
+				return nil, err
+			}
+			gc1, all1 := cpuSeconds()
+			k := 0
+			if q == p {
+				k = 1
+			}
+			gcShare[k][0] += gc1 - gc0
+			gcShare[k][1] += all1 - all0
+			cpuPerRow[k][0] += processCPU() - ru0
+			cpuPerRow[k][1] += float64(q.srv.IngestStats().Committed - rows0)
+			if err := q.waitCommitted(ctx); err != nil {
+				return nil, err
+			}
+			if q == p { // its publications catch up before the other's turn
+				if err := p.waitPublished(ctx); err != nil {
+					return nil, err
+				}
+			}
+			if q == off {
+				offRates = append(offRates, rate)
+			} else {
+				onRates = append(onRates, rate)
+			}
+		}
+	}
+	if err := off.close(); err != nil {
 		return nil, err
 	}
-	on, err := p.fullSpeed(ctx, cfg.SustainFor)
-	if err != nil {
-		return nil, err
-	}
-	res.RowsPerSecOn = on
-	res.IngestSlowdown = off / on
-	logf("full speed, publication on: %.0f rows/s (slowdown %.3f)", on, res.IngestSlowdown)
-	if err := p.waitCommitted(ctx); err != nil {
-		return nil, err
-	}
+	res.RowsPerSecOff, res.RowsPerSecOn = medianOf(offRates), medianOf(onRates)
+	res.IngestSlowdown = res.RowsPerSecOff / res.RowsPerSecOn
+	res.GCShareOff, res.GCShareOn = gcShare[0][0]/gcShare[0][1], gcShare[1][0]/gcShare[1][1]
+	res.CPUPerRowOff, res.CPUPerRowOn = cpuPerRow[0][0]/cpuPerRow[0][1], cpuPerRow[1][0]/cpuPerRow[1][1]
+	logf("full speed in %d turns: publication off %.0f rows/s %v, on %.0f rows/s %v (slowdown %.3f); CPU per row %.2f µs and %.2f µs; Go's collector took %.3f and %.3f of the CPU", sustainTurns,
+		res.RowsPerSecOff, roundAll(offRates), res.RowsPerSecOn, roundAll(onRates), res.IngestSlowdown, res.CPUPerRowOff*1e6, res.CPUPerRowOn*1e6, res.GCShareOff, res.GCShareOn)
 
 	reader, err := newIcebergReader(ctx, p.srv.IcebergURI())
 	if err != nil {
@@ -167,19 +219,12 @@ func RunIceberg(ctx context.Context, cfg IcebergConfig, logf func(format string,
 
 	// Everything is committed: wait for the publication of the last
 	// commit, then compare every table with Retina's SQL.
+	if err := p.waitPublished(ctx); err != nil {
+		return nil, err
+	}
 	w, err := p.srv.Node.Txn.Watermarks(ctx)
 	if err != nil {
 		return nil, err
-	}
-	for {
-		if _, ts := pub.Current(); ts >= w.HWM-1 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
 	}
 	diffs, err := reader.tablesEqual(ctx, p.db, w.HWM-1)
 	if err != nil {
@@ -203,30 +248,6 @@ func RunIceberg(ctx context.Context, cfg IcebergConfig, logf func(format string,
 	return res, p.close()
 }
 
-// sustained is the full-speed ingest rate of a fresh pipeline with
-// publication on or off.
-func sustained(ctx context.Context, cfg IcebergConfig, publish bool) (float64, error) {
-	tune := func(nc *server.NodeConfig) {
-		nc.Iceberg = server.IcebergConfig{}
-		if publish {
-			nc.Iceberg = server.IcebergConfig{Interval: cfg.Interval, FormatVersion: cfg.FormatVersion, Retention: 10 * time.Minute}
-		}
-	}
-	p, err := startPipeline(ctx, pipelineConfig{SF: cfg.SF, Seed: cfg.Seed, Logger: cfg.Logger, Node: tune})
-	if err != nil {
-		return 0, err
-	}
-	defer p.close()
-	if err := p.load(ctx); err != nil {
-		return 0, err
-	}
-	rate, err := p.fullSpeed(ctx, cfg.SustainFor)
-	if err != nil {
-		return 0, err
-	}
-	return rate, p.close()
-}
-
 // fullSpeed streams as fast as the pipeline takes it and returns the rows
 // committed per second after a second of warm-up.
 func (p *pipeline) fullSpeed(ctx context.Context, d time.Duration) (float64, error) {
@@ -247,6 +268,61 @@ func (p *pipeline) fullSpeed(ctx context.Context, d time.Duration) (float64, err
 		return 0, err
 	}
 	return float64(to-from) / tTo.Sub(tFrom).Seconds(), nil
+}
+
+// waitPublished waits until the publication covers every commit so far.
+func (p *pipeline) waitPublished(ctx context.Context) error {
+	w, err := p.srv.Node.Txn.Watermarks(ctx)
+	if err != nil {
+		return err
+	}
+	for {
+		if _, ts := p.srv.Node.Iceberg.Current(); ts >= w.HWM-1 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// cpuSeconds reads the process's CPU time spent by Go's collector and in
+// all (runtime/metrics' estimates).
+func cpuSeconds() (gc, all float64) {
+	samples := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/cpu/classes/total:cpu-seconds"}}
+	metrics.Read(samples)
+	return samples[0].Value.Float64(), samples[1].Value.Float64()
+}
+
+// processCPU is the process's user and system CPU time so far, in seconds.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+// sustainTurns is how many turns each pipeline streams at full speed.
+const sustainTurns = 3
+
+func medianOf(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+func roundAll(xs []float64) []float64 {
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = float64(int64(x + 0.5))
+	}
+	return out
 }
 
 // summarize computes the publication figures of the stream's phase.

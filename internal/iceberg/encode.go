@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,33 +52,37 @@ func pieceSchema(t *catalog.Table) *arrow.Schema {
 // pieceProps are the writer settings of pieces: they live until their
 // rows' files are combined, seconds to minutes, and are rewritten a few
 // times meanwhile, so they are written as cheaply as Parquet allows:
-// uncompressed, plain encoding (measured in retina bench iceberg:
-// compressing them took a fifth of the publisher's CPU).
+// uncompressed, plain encoding and no statistics (measured in retina bench
+// iceberg: compression took a fifth of the publisher's CPU, statistics a
+// twelfth; a piece is small, so readers lose little by reading it whole).
 func pieceProps() *parquet.WriterProperties {
 	return parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Uncompressed),
-		parquet.WithDictionaryDefault(false), parquet.WithStats(true), parquet.WithMaxRowGroupLength(1<<20), parquet.WithCreatedBy("retina"))
+		parquet.WithDictionaryDefault(false), parquet.WithStats(false), parquet.WithMaxRowGroupLength(1<<20), parquet.WithCreatedBy("retina"))
 }
 
 // pieceWriter writes the visible rows of spans into one Parquet file.
 type pieceWriter struct {
 	t      *catalog.Table
 	schema *arrow.Schema
-	buf    bytes.Buffer
 	fw     *pqarrow.FileWriter
 	rows   int64
 	segs   []segment
 	mem    memory.Allocator
 }
 
-func newPieceWriter(t *catalog.Table, mem memory.Allocator) (*pieceWriter, error) {
+func newPieceWriter(t *catalog.Table, out io.Writer, mem memory.Allocator) (*pieceWriter, error) {
 	w := &pieceWriter{t: t, schema: pieceSchema(t), mem: mem}
-	fw, err := pqarrow.NewFileWriter(w.schema, &w.buf, pieceProps(), pqarrow.DefaultWriterProps())
+	fw, err := pqarrow.NewFileWriter(w.schema, out, pieceProps(), pqarrow.DefaultWriterProps())
 	if err != nil {
 		return nil, fmt.Errorf("iceberg: table %s: piece writer: %w", t.Name, err)
 	}
 	w.fw = fw
 	return w, nil
 }
+
+// sliceRuns is how many runs of visible rows a record may have for them to
+// be written as slices of it; with more, the visible rows are copied out.
+const sliceRuns = 8
 
 // span writes the rows of [s.Lo, s.Hi) of file f that are not deleted in
 // deleted, reading them with read.
@@ -89,24 +94,39 @@ func (w *pieceWriter) span(ctx context.Context, r *rowReader, f FileState, s spa
 		if visible == 0 {
 			return nil
 		}
+		var runs [][2]int64
 		if visible == int(n) {
-			mask = nil
+			runs = [][2]int64{{0, n}}
+		} else {
+			eachRun(mask, func(lo, hi int64) { runs = append(runs, [2]int64{lo, hi}) })
 		}
-		for i := int64(0); i < n; i++ {
-			if mask == nil || bitAt(mask, i) {
-				setBit(seg.Written, off-s.Lo+i)
+		for _, run := range runs {
+			setRange(seg.Written, off-s.Lo+run[0], off-s.Lo+run[1])
+		}
+		cols := rec.Columns()[:rec.NumCols()-1] // without create_ts
+		if len(runs) <= sliceRuns {
+			// Few runs: each is written as a slice of rec, nothing copied.
+			whole := array.NewRecordBatch(w.schema, cols, n)
+			defer whole.Release()
+			for _, run := range runs {
+				part := whole.NewSlice(run[0], run[1])
+				err := w.fw.WriteBuffered(part)
+				part.Release()
+				if err != nil {
+					return fmt.Errorf("iceberg: table %s: write piece: %w", w.t.Name, err)
+				}
 			}
-		}
-		out, err := lake.FilterVisible(ctx, rec, mask, visible, w.mem)
-		if err != nil {
-			return err
-		}
-		defer out.Release()
-		cols := out.Columns()[:out.NumCols()-1] // without create_ts
-		numberedRec := array.NewRecordBatch(w.schema, cols, out.NumRows())
-		defer numberedRec.Release()
-		if err := w.fw.WriteBuffered(numberedRec); err != nil {
-			return fmt.Errorf("iceberg: table %s: write piece: %w", w.t.Name, err)
+		} else {
+			out, err := lake.FilterVisible(ctx, rec, mask, visible, w.mem)
+			if err != nil {
+				return err
+			}
+			defer out.Release()
+			numbered := array.NewRecordBatch(w.schema, out.Columns()[:out.NumCols()-1], out.NumRows())
+			defer numbered.Release()
+			if err := w.fw.WriteBuffered(numbered); err != nil {
+				return fmt.Errorf("iceberg: table %s: write piece: %w", w.t.Name, err)
+			}
 		}
 		w.rows += int64(visible)
 		seg.Rows += int64(visible)
@@ -119,15 +139,15 @@ func (w *pieceWriter) span(ctx context.Context, r *rowReader, f FileState, s spa
 	return nil
 }
 
-// finish closes the file and returns its bytes.
-func (w *pieceWriter) finish() ([]byte, error) {
+// finish writes the file's footer.
+func (w *pieceWriter) finish() error {
 	if err := w.fw.Close(); err != nil {
-		return nil, fmt.Errorf("iceberg: table %s: finish piece: %w", w.t.Name, err)
+		return fmt.Errorf("iceberg: table %s: finish piece: %w", w.t.Name, err)
 	}
-	return w.buf.Bytes(), nil
+	return nil
 }
 
-// abort drops the file being written.
+// abort stops writing the file.
 func (w *pieceWriter) abort() { w.fw.Close() }
 
 // position is one row of a positional delete file.

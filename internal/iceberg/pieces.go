@@ -10,11 +10,13 @@ package iceberg
 // masked leaves the table.
 //
 // Each publication writes at most one piece per table: the rows virtual
-// files gained since the last one, merged with the newest pieces as long
-// as an older piece is not larger than what follows it (a binary counter:
-// piece sizes halve from the oldest to the newest, a row is rewritten
-// about log2 of the publications its file takes to fill, and a table has
-// about as many pieces), or while the table has more pieces than it may.
+// files gained since the last one, as a piece of their own while the table
+// has room for one (its allowance: twice its Retina files, less its
+// regular files), and otherwise merged with the newest pieces as long as
+// an older piece is not larger than what follows it, which keeps the
+// pieces' sizes roughly halving from the oldest to the newest (a lazy
+// binary counter: a row is rewritten about log2 of the publications its
+// file takes to fill, less log2 of the allowance).
 
 // segment is a run of a virtual file's offsets in a piece.
 type segment struct {
@@ -81,9 +83,13 @@ type span struct {
 // mergeFrom chooses which pieces (or positional delete files) a
 // publication rewrites together with the new rows: the returned index i
 // means pieces[i:] (oldest first, live rows in live) are merged with fresh
-// rows into one. An older piece joins while it is not larger than what
-// follows it, or while the table would have more than maxPieces.
+// rows into one. Nothing is merged while there is room for one more;
+// otherwise an older piece joins while it is not larger than what follows
+// it, or while the table would have more than maxPieces.
 func mergeFrom(live []int64, fresh int64, maxPieces int) int {
+	if len(live)+1 <= maxPieces {
+		return len(live)
+	}
 	i, acc := len(live), fresh
 	for i > 0 && (live[i-1] <= acc || i+1 > maxPieces) {
 		i--

@@ -7,9 +7,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	ice "github.com/apache/iceberg-go"
@@ -47,8 +49,16 @@ const maxDeleteFiles = 8
 // lists (and keeps): more than its version hint may lag.
 const metadataLogMax = hintEvery + 2
 
+// put writes a file of the publication. Every one has a fresh name and is
+// read once the publication record names it, so it is written in place
+// (lake.PutNew), but for metadata files: readers that open a table by its
+// location look for the next version's, which must appear whole.
 func (pb *publication) put(ctx context.Context, key string, data []byte, kind *int64) error {
-	if err := pb.p.cfg.Lake.Put(ctx, key, data); err != nil {
+	write := pb.p.cfg.Lake.PutNew
+	if strings.HasSuffix(key, ".metadata.json") {
+		write = pb.p.cfg.Lake.Put
+	}
+	if err := write(ctx, key, data); err != nil {
 		return fmt.Errorf("iceberg: write %s: %w", key, err)
 	}
 	pb.written = append(pb.written, key)
@@ -204,19 +214,41 @@ func (pb *publication) pieces(ctx context.Context, next *tableState, ts TableSta
 	}
 	from := mergeFrom(live, freshRows, max(2, regular+2*len(virtual)))
 	spans := spansOf(alive[from:], virtual, fresh)
-	w, err := newPieceWriter(ts.Table, pb.p.mem)
+	key := fmt.Sprintf("%s/data/p-%d.parquet", next.Dir, snap)
+	path, err := pb.p.uri(key)
 	if err != nil {
+		return err
+	}
+	obj, err := pb.p.cfg.Lake.CreateNew(ctx, key)
+	if err != nil {
+		return fmt.Errorf("iceberg: table %s: %w", ts.Table.Name, err)
+	}
+	// The Parquet writer closes a writer that can be closed: the object is
+	// committed (or dropped) here instead.
+	w, err := newPieceWriter(ts.Table, struct{ io.Writer }{obj}, pb.p.mem)
+	if err != nil {
+		obj.Abort()
 		return err
 	}
 	for _, s := range spans {
 		if err := w.span(ctx, &pb.p.reader, files[s.File], s, virtual[s.File].Deleted); err != nil {
 			w.abort()
+			obj.Abort()
 			return err
 		}
 	}
-	data, err := w.finish()
-	if err != nil {
+	if err := w.finish(); err != nil {
+		obj.Abort()
 		return err
+	}
+	if w.rows == 0 { // every row written since is deleted already
+		obj.Abort()
+	} else {
+		if err := obj.Close(); err != nil {
+			return fmt.Errorf("iceberg: table %s: %w", ts.Table.Name, err)
+		}
+		pb.written = append(pb.written, key)
+		pb.bytes.Data += obj.Size()
 	}
 	for _, pc := range alive[from:] {
 		delete(next.Data, pc.Path)
@@ -228,18 +260,10 @@ func (pb *publication) pieces(ctx context.Context, next *tableState, ts TableSta
 	}
 	pb.bytes.PieceRows += w.rows
 	if w.rows == 0 {
-		return nil // every row written since is deleted already
-	}
-	key := fmt.Sprintf("%s/data/p-%d.parquet", next.Dir, snap)
-	if err := pb.put(ctx, key, data, &pb.bytes.Data); err != nil {
-		return err
-	}
-	path, err := pb.p.uri(key)
-	if err != nil {
-		return err
+		return nil
 	}
 	pc := &piece{entry: &entry{Path: path, Key: key, Content: ice.EntryContentData, Format: ice.ParquetFile,
-		Records: w.rows, Size: int64(len(data)), Snapshot: snap, Seq: seq}, Segs: w.segs}
+		Records: w.rows, Size: obj.Size(), Snapshot: snap, Seq: seq}, Segs: w.segs}
 	next.Pieces = append(next.Pieces, pc)
 	next.Data[path] = pc.entry
 	return nil

@@ -549,6 +549,9 @@ func (p *Publisher) keyOf(uri string) (string, error) {
 	return k, nil
 }
 
+// Close releases what the publisher keeps in memory.
+func (p *Publisher) Close() { p.reader.blocks.clear() }
+
 // Stats reports the publisher's counters.
 func (p *Publisher) Stats() Stats {
 	p.mu.Lock()

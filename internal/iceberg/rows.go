@@ -3,6 +3,7 @@ package iceberg
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -22,6 +23,86 @@ type rowReader struct {
 	lake    *lake.Store
 	buffers Buffers
 	mem     memory.Allocator
+	blocks  blockCache
+}
+
+// blockCache keeps the flushed blocks the publisher decoded last: a
+// piece's rows are read again when it is merged, a few publications
+// later, and decoding them again was a sixth of the publisher's work.
+type blockCache struct {
+	mu     sync.Mutex
+	recs   map[string][]arrow.RecordBatch
+	order  []string // oldest first
+	bytes  int64
+	budget int64
+}
+
+// blockCacheBytes bounds the decoded blocks kept.
+const blockCacheBytes = 64 << 20
+
+// get returns a block's records retained (the caller releases them).
+func (c *blockCache) get(key string) ([]arrow.RecordBatch, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	recs, ok := c.recs[key]
+	if ok {
+		for _, r := range recs {
+			r.Retain()
+		}
+	}
+	return recs, ok
+}
+
+// put keeps a block's records (retaining them), dropping the oldest
+// blocks beyond the budget.
+func (c *blockCache) put(key string, recs []arrow.RecordBatch) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.recs == nil {
+		c.recs, c.budget = map[string][]arrow.RecordBatch{}, blockCacheBytes
+	}
+	if _, ok := c.recs[key]; ok {
+		return
+	}
+	for _, r := range recs {
+		r.Retain()
+		c.bytes += recordBytes(r)
+	}
+	c.recs[key] = recs
+	c.order = append(c.order, key)
+	for c.bytes > c.budget && len(c.order) > 1 {
+		old := c.order[0]
+		c.order = c.order[1:]
+		for _, r := range c.recs[old] {
+			c.bytes -= recordBytes(r)
+			r.Release()
+		}
+		delete(c.recs, old)
+	}
+}
+
+// clear releases every block.
+func (c *blockCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, recs := range c.recs {
+		for _, r := range recs {
+			r.Release()
+		}
+	}
+	c.recs, c.order, c.bytes = nil, nil, 0
+}
+
+func recordBytes(r arrow.RecordBatch) int64 {
+	var n int64
+	for _, col := range r.Columns() {
+		for _, b := range col.Data().Buffers() {
+			if b != nil {
+				n += int64(b.Len())
+			}
+		}
+	}
+	return n
 }
 
 // read calls emit with the rows [lo, hi) of file f of table t in the
@@ -46,12 +127,16 @@ func (r *rowReader) read(ctx context.Context, t *catalog.Table, f FileState, lo,
 		}
 		recs, owned := b.Records, false
 		if recs == nil {
-			data, err := r.lake.Get(ctx, b.Key)
-			if err != nil {
-				return fmt.Errorf("iceberg: table %s file %d: %w", t.Name, f.ID, err)
-			}
-			if recs, err = lake.ReadBlock(ctx, data, r.mem); err != nil {
-				return fmt.Errorf("iceberg: table %s file %d: block %s: %w", t.Name, f.ID, b.Key, err)
+			var cached bool
+			if recs, cached = r.blocks.get(b.Key); !cached {
+				data, err := r.lake.Get(ctx, b.Key)
+				if err != nil {
+					return fmt.Errorf("iceberg: table %s file %d: %w", t.Name, f.ID, err)
+				}
+				if recs, err = lake.ReadBlock(ctx, data, r.mem); err != nil {
+					return fmt.Errorf("iceberg: table %s file %d: block %s: %w", t.Name, f.ID, b.Key, err)
+				}
+				r.blocks.put(b.Key, recs)
 			}
 			owned = true
 		}

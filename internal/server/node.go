@@ -343,6 +343,9 @@ func (n *Node) Close(ctx context.Context) error {
 	if n.Engine != nil {
 		errs = append(errs, n.Engine.Close())
 	}
+	if n.Iceberg != nil {
+		n.Iceberg.Close()
+	}
 	for _, rp := range n.Replayers {
 		errs = append(errs, rp.Close(ctx))
 	}
