@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	ice "github.com/apache/iceberg-go"
@@ -30,9 +31,21 @@ type publication struct {
 	st  *State
 	id  int64 // every table's new snapshot id
 	now time.Time
+
+	mu sync.Mutex // tables are published side by side
 	// written are the objects it wrote, removed again if it fails.
 	written []string
 	bytes   Bytes
+}
+
+// wrote records an object the publication wrote and its bytes.
+func (pb *publication) wrote(key string, add func(b *Bytes)) {
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	if key != "" {
+		pb.written = append(pb.written, key)
+	}
+	add(&pb.bytes)
 }
 
 // Bytes counts what a publication wrote, by kind.
@@ -53,7 +66,7 @@ const metadataLogMax = hintEvery + 2
 // read once the publication record names it, so it is written in place
 // (lake.PutNew), but for metadata files: readers that open a table by its
 // location look for the next version's, which must appear whole.
-func (pb *publication) put(ctx context.Context, key string, data []byte, kind *int64) error {
+func (pb *publication) put(ctx context.Context, key string, data []byte, kind func(*Bytes) *int64) error {
 	write := pb.p.cfg.Lake.PutNew
 	if strings.HasSuffix(key, ".metadata.json") {
 		write = pb.p.cfg.Lake.Put
@@ -61,10 +74,13 @@ func (pb *publication) put(ctx context.Context, key string, data []byte, kind *i
 	if err := write(ctx, key, data); err != nil {
 		return fmt.Errorf("iceberg: write %s: %w", key, err)
 	}
-	pb.written = append(pb.written, key)
-	*kind += int64(len(data))
+	pb.wrote(key, func(b *Bytes) { *kind(b) += int64(len(data)) })
 	return nil
 }
+
+func dataBytes(b *Bytes) *int64     { return &b.Data }
+func deleteBytes(b *Bytes) *int64   { return &b.Deletes }
+func metadataBytes(b *Bytes) *int64 { return &b.Metadata }
 
 // table publishes one table: prev is its state so far (nil for a table
 // never published).
@@ -247,8 +263,7 @@ func (pb *publication) pieces(ctx context.Context, next *tableState, ts TableSta
 		if err := obj.Close(); err != nil {
 			return fmt.Errorf("iceberg: table %s: %w", ts.Table.Name, err)
 		}
-		pb.written = append(pb.written, key)
-		pb.bytes.Data += obj.Size()
+		pb.wrote(key, func(b *Bytes) { b.Data += obj.Size() })
 	}
 	for _, pc := range alive[from:] {
 		delete(next.Data, pc.Path)
@@ -258,7 +273,7 @@ func (pb *publication) pieces(ctx context.Context, next *tableState, ts TableSta
 	for _, s := range fresh {
 		next.Upto[s.File] = s.Hi
 	}
-	pb.bytes.PieceRows += w.rows
+	pb.wrote("", func(b *Bytes) { b.PieceRows += w.rows })
 	if w.rows == 0 {
 		return nil
 	}
@@ -367,7 +382,7 @@ func (pb *publication) positionDeletes(ctx context.Context, next *tableState, ma
 		return err
 	}
 	key := fmt.Sprintf("%s/data/d-%d.parquet", next.Dir, snap)
-	if err := pb.put(ctx, key, data, &pb.bytes.Deletes); err != nil {
+	if err := pb.put(ctx, key, data, deleteBytes); err != nil {
 		return err
 	}
 	path, err := pb.p.uri(key)
@@ -414,7 +429,7 @@ func (pb *publication) deletionVectors(ctx context.Context, next *tableState, ma
 		return err
 	}
 	key := fmt.Sprintf("%s/data/dv-%d.puffin", next.Dir, snap)
-	if err := pb.put(ctx, key, data, &pb.bytes.Deletes); err != nil {
+	if err := pb.put(ctx, key, data, deleteBytes); err != nil {
 		return err
 	}
 	path, err := pb.p.uri(key)
@@ -503,7 +518,7 @@ func (pb *publication) manifests(ctx context.Context, next *tableState, schema *
 			if err != nil {
 				return "", nil, 0, fmt.Errorf("iceberg: table %s: %w", next.Name, err)
 			}
-			if err := pb.put(ctx, key, data, &pb.bytes.Metadata); err != nil {
+			if err := pb.put(ctx, key, data, metadataBytes); err != nil {
 				return "", nil, 0, err
 			}
 			*kind.cur, *kind.set = mf, set
@@ -528,7 +543,7 @@ func (pb *publication) manifests(ctx context.Context, next *tableState, schema *
 	if err != nil {
 		return "", nil, 0, fmt.Errorf("iceberg: table %s: %w", next.Name, err)
 	}
-	if err := pb.put(ctx, listKey, data, &pb.bytes.Metadata); err != nil {
+	if err := pb.put(ctx, listKey, data, metadataBytes); err != nil {
 		return "", nil, 0, err
 	}
 	var added int64
@@ -648,7 +663,7 @@ func (pb *publication) metadata(ctx context.Context, next *tableState, ts TableS
 	}
 	next.Version++
 	key := fmt.Sprintf("%s/metadata/v%d.metadata.json", next.Dir, next.Version)
-	if err := pb.put(ctx, key, data, &pb.bytes.Metadata); err != nil {
+	if err := pb.put(ctx, key, data, metadataBytes); err != nil {
 		return err
 	}
 	next.Meta, next.MetaKey, next.metaJSON = md, key, data

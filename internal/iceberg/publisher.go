@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/failpoint"
@@ -129,6 +130,9 @@ type Publisher struct {
 	// OnPublished, when set, is told of every committed publication.
 	OnPublished func(Published)
 }
+
+// publishWorkers is how many tables a publication publishes at once.
+const publishWorkers = 2
 
 // historyMax bounds the publications Publisher.History keeps.
 const historyMax = 4096
@@ -322,32 +326,45 @@ func (p *Publisher) Run(ctx context.Context) {
 }
 
 func (p *Publisher) run(ctx context.Context) {
+	var last time.Time // when the last published state was sealed
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-p.wake:
 		}
+		// Checkpoints set the pace; a state sealed sooner than the
+		// interval after the last one published waits (and may be
+		// replaced by a newer one meanwhile).
 		p.mu.Lock()
 		st := p.offered
+		p.mu.Unlock()
+		if st == nil {
+			continue
+		}
+		if due := last.Add(p.cfg.Interval * 9 / 10); st.Sealed.Before(due) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Until(due)):
+			}
+		}
+		p.mu.Lock()
+		st = p.offered
 		p.offered = nil
 		p.mu.Unlock()
 		if st == nil {
 			continue
 		}
-		start := time.Now()
 		err := p.Publish(ctx, st)
 		p.mu.Lock()
 		p.release(st)
 		p.mu.Unlock()
 		if err != nil && ctx.Err() == nil {
 			p.log.Warn("Iceberg publication failed; the previous snapshots stay current and the next checkpoint tries again", "snapshot_ts", st.TS, "err", err)
+			continue
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(p.cfg.Interval - time.Since(start)):
-		}
+		last = st.Sealed
 	}
 }
 
@@ -371,6 +388,11 @@ func (p *Publisher) Publish(ctx context.Context, st *State) error {
 	}
 	next := map[uint32]*tableState{}
 	tables := slices.SortedFunc(slices.Values(st.Tables), func(a, b TableState) int { return strings.Compare(a.Table.Name, b.Table.Name) })
+	// Tables are published side by side: a publication's time is mostly
+	// waiting for writes and for a core, and the lag is its time.
+	var nextMu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(publishWorkers)
 	for _, ts := range tables {
 		old := prev[ts.Table.ID]
 		if old == nil {
@@ -378,12 +400,20 @@ func (p *Publisher) Publish(ctx context.Context, st *State) error {
 				old = byDir[dir] // a table of the same name before: carry its version numbers on
 			}
 		}
-		nt, err := pb.table(ctx, old, ts)
-		if err != nil {
-			p.fail(ctx, pb)
-			return err
-		}
-		next[ts.Table.ID] = nt
+		g.Go(func() error {
+			nt, err := pb.table(gctx, old, ts)
+			if err != nil {
+				return err
+			}
+			nextMu.Lock()
+			next[ts.Table.ID] = nt
+			nextMu.Unlock()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		p.fail(ctx, pb)
+		return err
 	}
 	p.cfg.Failpoints.Hit(failpoint.IcebergAfterMetadata)
 	rec := &record{Format: recordFormat, Publication: id, SnapshotTS: st.TS, Published: pb.now.UTC(), FormatVersion: p.cfg.FormatVersion}
