@@ -26,9 +26,10 @@ type rowReader struct {
 	blocks  blockCache
 }
 
-// blockCache keeps the flushed blocks the publisher decoded last: a
-// piece's rows are read again when it is merged, a few publications
-// later, and decoding them again was a sixth of the publisher's work.
+// blockCache keeps the blocks the publisher read last: a piece's rows are
+// read again when it is merged, a few publications later, by when their
+// block has been flushed, and decoding it again was a sixth of the
+// publisher's work.
 type blockCache struct {
 	mu     sync.Mutex
 	recs   map[string][]arrow.RecordBatch
@@ -125,19 +126,23 @@ func (r *rowReader) read(ctx context.Context, t *catalog.Table, f FileState, lo,
 		if last <= lo || first >= hi {
 			continue
 		}
+		// A block is known by its file, first row and rows: a block read
+		// in memory, as checkpoints seal it, is found again once flushed.
+		key := fmt.Sprintf("%d@%d+%d", f.ID, b.First, b.Rows)
 		recs, owned := b.Records, false
-		if recs == nil {
-			var cached bool
-			if recs, cached = r.blocks.get(b.Key); !cached {
-				data, err := r.lake.Get(ctx, b.Key)
-				if err != nil {
-					return fmt.Errorf("iceberg: table %s file %d: %w", t.Name, f.ID, err)
-				}
-				if recs, err = lake.ReadBlock(ctx, data, r.mem); err != nil {
-					return fmt.Errorf("iceberg: table %s file %d: block %s: %w", t.Name, f.ID, b.Key, err)
-				}
-				r.blocks.put(b.Key, recs)
+		if cached, ok := r.blocks.get(key); ok {
+			recs, owned = cached, true
+		} else if recs != nil {
+			r.blocks.put(key, recs)
+		} else {
+			data, err := r.lake.Get(ctx, b.Key)
+			if err != nil {
+				return fmt.Errorf("iceberg: table %s file %d: %w", t.Name, f.ID, err)
 			}
+			if recs, err = lake.ReadBlock(ctx, data, r.mem); err != nil {
+				return fmt.Errorf("iceberg: table %s file %d: block %s: %w", t.Name, f.ID, b.Key, err)
+			}
+			r.blocks.put(key, recs)
 			owned = true
 		}
 		err := emitRange(recs, first, lo, hi, schema, r.mem, emit)
