@@ -166,6 +166,7 @@ func e2eFlags(f *pflag.FlagSet, cfg *bench.E2EConfig) {
 	f.IntVar(&cfg.FreshRate, "fresh-rate", cfg.FreshRate, "row changes/s during the freshness phase")
 	f.DurationVar(&cfg.FreshFor, "fresh-for", cfg.FreshFor, "length of the freshness phase")
 	f.DurationVar(&cfg.SustainFor, "sustain-for", cfg.SustainFor, "length of the full-speed phase timed for rows_per_sec_sustained")
+	f.DurationVar(&cfg.ConsoleFor, "console-for", cfg.ConsoleFor, "length of the phase a client polls the console every second, for console_cpu_share")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
 }
 

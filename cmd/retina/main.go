@@ -31,7 +31,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newBenchCommand(), newSQLCommand(), newServeCommand(), newDemoCommand(), newOLTPCommand())
+	root.AddCommand(newVersionCommand(), newBenchCommand(), newSQLCommand(), newServeCommand(), newDemoCommand(), newOLTPCommand(), newStatusCommand())
 	return root
 }
 

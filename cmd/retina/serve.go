@@ -55,6 +55,7 @@ exactly where it stopped.`,
 			host, port, _ := net.SplitHostPort(srv.SQLAddr())
 			fmt.Fprintf(cmd.OutOrStdout(), "retina serving: SQL on %s (psql -h %s -p %s), metrics on http://%s/metrics\n",
 				srv.SQLAddr(), host, port, srv.HTTPAddr())
+			fmt.Fprintf(cmd.OutOrStdout(), "retina serving: console on %s\n", srv.ConsoleURL())
 			if a := srv.IcebergAddr(); a != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), "retina serving: Iceberg REST catalog on %s (uri %s)\n", a, srv.IcebergURI())
 			}

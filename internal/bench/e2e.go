@@ -41,6 +41,9 @@ func E2E(ctx context.Context, r *Report, cfg E2EConfig) error {
 	r.Set("ap_slowdown_ratio", round(res.APSlowdown, 3))
 	r.Set("ap_ratios", res.APRatios)
 	r.Set("visibility_bits_per_tuple", round(res.VisibilityBits, 3))
+	if res.ConsoleCPUShare >= 0 {
+		r.Set("console_cpu_share", round(res.ConsoleCPUShare, 4))
+	}
 	r.Set("invariant_checks", res.InvariantChecks)
 	r.Set("invariant_failures", res.InvariantFailures)
 	if len(res.Failures) > 0 {

@@ -107,6 +107,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer p.close()
 	host, port, _ := net.SplitHostPort(p.srv.SQLAddr())
 	fmt.Fprintf(out, "SQL endpoint: psql -h %s -p %s (while the demo runs)\n", host, port)
+	fmt.Fprintf(out, "Console: %s (while the demo runs)\n", p.srv.ConsoleURL())
 
 	rep := &Report{ScaleFactor: cfg.SF, BaseRows: size.Total(), TargetRowsPerSec: cfg.Rate}
 	peak := residentBytes()

@@ -1,11 +1,18 @@
 package demo
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"runtime/pprof"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/retinadb/retina/internal/console"
 
 	"github.com/retinadb/retina/internal/hybench"
 	"github.com/retinadb/retina/internal/server"
@@ -26,6 +33,9 @@ type E2EConfig struct {
 	FreshFor  time.Duration
 	// Throughput phase: as fast as possible for SustainFor.
 	SustainFor time.Duration
+	// ConsoleFor is how long a client polls the console, at FreshRate,
+	// for console_cpu_share.
+	ConsoleFor time.Duration
 	Logger     *slog.Logger
 	Node       func(*server.NodeConfig)
 }
@@ -33,7 +43,7 @@ type E2EConfig struct {
 // DefaultE2EConfig runs in under a minute on two cores.
 func DefaultE2EConfig() E2EConfig {
 	return E2EConfig{SF: 0.05, Seed: 1, DeltaPct: 1, APRate: 10_000, APReps: 5,
-		FreshRate: 100_000, FreshFor: 10 * time.Second, SustainFor: 10 * time.Second}
+		FreshRate: 100_000, FreshFor: 10 * time.Second, SustainFor: 10 * time.Second, ConsoleFor: 10 * time.Second}
 }
 
 // E2EResult are the figures of one run.
@@ -52,6 +62,10 @@ type E2EResult struct {
 	ProbeErrors        []string
 	VisibilityBits     float64
 	Tuples             uint64
+	// ConsoleCPUShare is the share of the CPU the console took while a
+	// client polled it every second in the freshness phase (-1: not
+	// measured, the process was being profiled already).
+	ConsoleCPUShare float64
 }
 
 // RunE2E runs the phases; logf receives progress lines.
@@ -140,6 +154,34 @@ func RunE2E(ctx context.Context, cfg E2EConfig, logf func(format string, args ..
 	logf("freshness at %d rows/s (achieved %.0f): P50 %.1f ms, P99 %.1f ms over %d probes",
 		cfg.FreshRate, res.FreshAchievedRate, ms(res.FreshP50), ms(res.FreshP99), len(fresh))
 
+	// The console's cost: a client polls it every second, as its page
+	// does, while the stream runs; a CPU profile tells the console's share.
+	var prof bytes.Buffer
+	profiling := pprof.StartCPUProfile(&prof) == nil
+	err = p.withStream(ctx, cfg.FreshRate, pr, false, func(ctx context.Context) error {
+		pollCtx, stopPoll := context.WithCancel(ctx)
+		defer stopPoll()
+		var polls sync.WaitGroup
+		polls.Go(func() { pollConsole(pollCtx, p.srv.ConsoleURL()) })
+		err := sleepFor(cfg.ConsoleFor)(ctx)
+		stopPoll()
+		polls.Wait()
+		return err
+	})
+	if profiling {
+		pprof.StopCPUProfile()
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.ConsoleCPUShare = -1
+	if profiling {
+		if res.ConsoleCPUShare, err = labelledShare(prof.Bytes(), console.CPULabelKey, console.CPULabel); err != nil {
+			return nil, err
+		}
+		logf("console: %.4f of the CPU with a client polling every second", res.ConsoleCPUShare)
+	}
+
 	// Sustained throughput: the first second warms the pipeline up.
 	var from, to uint64
 	var tFrom, tTo time.Time
@@ -176,6 +218,35 @@ func RunE2E(ctx context.Context, cfg E2EConfig, logf func(format string, args ..
 	res.InvariantChecks, res.InvariantFailures, res.Failures, res.ProbeErrors = pr.checks, len(pr.failures), pr.failures, pr.errs
 	pr.mu.Unlock()
 	return res, p.close()
+}
+
+// pollConsole loads the console's page and assets, then polls
+// /api/status every second as the page does, until ctx ends.
+func pollConsole(ctx context.Context, url string) {
+	get := func(u string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	for _, a := range []string{"", "assets/console.js", "assets/console.css"} {
+		get(url + a)
+	}
+	last := int64(0)
+	for ctx.Err() == nil {
+		get(url + "api/status?since=" + strconv.FormatInt(last, 10))
+		last = time.Now().Unix() - 1
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // withStream runs body while the stream feeds at rate, with invariant

@@ -205,7 +205,7 @@ func RunIceberg(ctx context.Context, cfg IcebergConfig, logf func(format string,
 	if err != nil {
 		return nil, err
 	}
-	if res.CPUShare, err = labelledShare(prof.Bytes(), iceberg.CPULabel); err != nil {
+	if res.CPUShare, err = labelledShare(prof.Bytes(), iceberg.CPULabelKey, iceberg.CPULabel); err != nil {
 		return nil, err
 	}
 	if cfg.ProfilePath != "" {
@@ -377,11 +377,11 @@ func (res *IcebergResult) summarize(pubs []iceberg.Published, start time.Time) {
 }
 
 // labelledShare is the share of a CPU profile's samples taken while a
-// goroutine carrying the label ran.
-func labelledShare(data []byte, label string) (float64, error) {
+// goroutine carrying the label key=value ran.
+func labelledShare(data []byte, key, value string) (float64, error) {
 	prof, err := profile.ParseData(data)
 	if err != nil {
-		return 0, fmt.Errorf("iceberg bench: read the CPU profile: %w", err)
+		return 0, fmt.Errorf("read the CPU profile: %w", err)
 	}
 	idx := -1
 	for i, st := range prof.SampleType {
@@ -390,12 +390,12 @@ func labelledShare(data []byte, label string) (float64, error) {
 		}
 	}
 	if idx < 0 {
-		return 0, fmt.Errorf("iceberg bench: the CPU profile has no cpu samples")
+		return 0, fmt.Errorf("the CPU profile has no cpu samples")
 	}
 	var total, labelled int64
 	for _, s := range prof.Sample {
 		total += s.Value[idx]
-		if slices.Contains(s.Label[iceberg.CPULabelKey], label) {
+		if slices.Contains(s.Label[key], value) {
 			labelled += s.Value[idx]
 		}
 	}

@@ -709,6 +709,25 @@ func (c *Core) commitReady() {
 	}
 }
 
+// Positions is, for every source, the highest message offset of each
+// stream that a committed transaction carried (a copy).
+func (c *Core) Positions() []map[string]int64 {
+	out := make([]map[string]int64, len(c.committed))
+	for i, m := range c.committed {
+		out[i] = maps.Clone(m)
+	}
+	return out
+}
+
+// SourceMS is the source commit time (ms, 0: unknown) of the transaction
+// awaiting the acknowledgement of its commit at ts.
+func (c *Core) SourceMS(ts uint64) int64 {
+	if f := c.acking[ts]; f != nil {
+		return f.txn.SourceMS
+	}
+	return 0
+}
+
 // Committed acknowledges that the transaction service committed the
 // timestamps.
 func (c *Core) Committed(ts []uint64) error {

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,6 +155,74 @@ type clientConn struct {
 
 	runMu   sync.Mutex
 	running context.CancelFunc // the statement in progress, for cancel
+	user    string
+	client  string
+	query   string    // the statement in progress, or the last one
+	started time.Time // when it started
+}
+
+// Activity is what a client session does now.
+type Activity struct {
+	PID          uint32
+	User, Client string
+	// Query is the statement running, or the last one when State is not
+	// "active".
+	Query   string
+	State   string // active, idle in transaction, idle
+	Started time.Time
+	// Snapshot is what the session reads at (a running statement's or its
+	// transaction's) and when it was taken; 0 when it holds none.
+	Snapshot      uint64
+	SnapshotTaken time.Time
+}
+
+// Activity lists what every client session does now.
+func (s *Server) Activity() []Activity {
+	s.mu.Lock()
+	conns := make([]*clientConn, 0, len(s.conns))
+	for _, cc := range s.conns {
+		conns = append(conns, cc)
+	}
+	s.mu.Unlock()
+	out := make([]Activity, 0, len(conns))
+	for _, cc := range conns {
+		cc.runMu.Lock()
+		a := Activity{PID: cc.pid, User: cc.user, Client: cc.client, Query: cc.query, Started: cc.started, State: "idle"}
+		running := cc.running != nil
+		sess := cc.sess
+		cc.runMu.Unlock()
+		if sess == nil {
+			continue // still logging in
+		}
+		switch {
+		case running:
+			a.State = "active"
+		case sess.InTransaction():
+			a.State = "idle in transaction"
+		}
+		a.Snapshot, a.SnapshotTaken, _ = sess.Snapshot()
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(a, b Activity) int { return int(a.PID) - int(b.PID) })
+	return out
+}
+
+// Cancel cancels the statement session pid runs, as a cancel request
+// with its key would; false when it runs none.
+func (s *Server) Cancel(pid uint32) bool {
+	s.mu.Lock()
+	cc := s.conns[pid]
+	s.mu.Unlock()
+	if cc == nil {
+		return false
+	}
+	cc.runMu.Lock()
+	defer cc.runMu.Unlock()
+	if cc.running == nil {
+		return false
+	}
+	cc.running()
+	return true
 }
 
 func (c *clientConn) cancelRunning() {
@@ -190,7 +259,12 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 		cc.be.Flush()
 		return
 	}
-	cc.sess = sess
+	cc.runMu.Lock()
+	cc.sess, cc.user, cc.client = sess, user, nc.RemoteAddr().String()
+	if app := startup.Parameters["application_name"]; app != "" {
+		cc.client += " (" + app + ")"
+	}
+	cc.runMu.Unlock()
 	defer func() {
 		cc.closePortals()
 		for name := range cc.stmts {
@@ -438,6 +512,7 @@ func (c *clientConn) run(ctx context.Context, st *query.Statement, args []any) (
 	}
 	c.runMu.Lock()
 	c.running = cancel
+	c.query, c.started = st.Text, time.Now()
 	c.runMu.Unlock()
 	res, err := c.sess.Execute(rctx, st, args)
 	if err != nil {

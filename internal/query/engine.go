@@ -372,9 +372,12 @@ func (e *Engine) allowLake(ctx context.Context) error {
 // Session is one client's connection: its own DuckDB connection and, in an
 // explicit read transaction, its snapshot. Not safe for concurrent use.
 type Session struct {
-	e        *Engine
-	conn     *duckdb.Conn
-	tx       *readView // the snapshot between BEGIN and COMMIT
+	e    *Engine
+	conn *duckdb.Conn
+	tx   *readView // the snapshot between BEGIN and COMMIT
+	// reading is the snapshot the session reads at now (a statement's or
+	// its transaction's), for observers in other goroutines.
+	reading  atomic.Pointer[readView]
 	settings *Settings
 	cursors  map[string]*cursor      // DECLAREd and not yet closed
 	failed   bool                    // a statement of the transaction failed: only its end is taken
@@ -423,6 +426,7 @@ func (s *Session) Close() error {
 		st.Close()
 	}
 	if s.tx != nil {
+		s.reading.CompareAndSwap(s.tx, nil)
 		s.e.endView(context.Background(), s.tx)
 		s.tx = nil
 	}
@@ -573,11 +577,24 @@ func (s *Session) snapshot(ctx context.Context) (*readView, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	s.reading.Store(v)
 	return v, func() {
+		s.reading.CompareAndSwap(v, nil)
 		if err := s.e.endView(ctx, v); err != nil {
 			s.e.log.Error("ending a query snapshot failed", "err", err)
 		}
 	}, nil
+}
+
+// Snapshot is the snapshot the session reads at now, a running
+// statement's or its open transaction's, and when it was taken; false
+// when it reads none. Safe to call from any goroutine.
+func (s *Session) Snapshot() (ts uint64, taken time.Time, ok bool) {
+	v := s.reading.Load()
+	if v == nil {
+		return 0, time.Time{}, false
+	}
+	return v.ts, v.began, true
 }
 
 func readOnly(st *duckdb.Stmt) error {

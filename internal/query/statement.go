@@ -357,6 +357,7 @@ func (s *Session) Execute(ctx context.Context, st *Statement, args []any) (*Resu
 				return nil, err
 			}
 			s.tx = v
+			s.reading.Store(v)
 		}
 		return &Result{Tag: "BEGIN"}, nil
 	case stmtDeclare:
@@ -369,6 +370,7 @@ func (s *Session) Execute(ctx context.Context, st *Statement, args []any) (*Resu
 		s.closeCursors() // a cursor lives no longer than its transaction
 		failed := s.Failed()
 		if s.tx != nil {
+			s.reading.CompareAndSwap(s.tx, nil)
 			err := s.e.endView(ctx, s.tx)
 			s.tx, s.failed = nil, false
 			if err != nil {

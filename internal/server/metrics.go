@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/retinadb/retina/internal/cdc/postgres"
+	"github.com/retinadb/retina/internal/console"
 	"github.com/retinadb/retina/internal/sink"
 	"github.com/retinadb/retina/internal/txn"
 	"github.com/retinadb/retina/internal/writebuffer"
@@ -35,6 +36,7 @@ func (s *Server) handler() http.Handler {
 	})
 	// Profiles for diagnosing a running server, on the metrics address
 	// (loopback unless configured otherwise).
+	s.console.Register(mux, console.HandlerOptions{Users: s.consoleUsers})
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"github.com/retinadb/retina/internal/cdc"
 	"github.com/retinadb/retina/internal/cdc/postgres"
 	"github.com/retinadb/retina/internal/checkpoint"
+	"github.com/retinadb/retina/internal/console"
 	"github.com/retinadb/retina/internal/failpoint"
 	"github.com/retinadb/retina/internal/mirror"
 	"github.com/retinadb/retina/internal/oltp/htap"
@@ -43,6 +45,12 @@ type Server struct {
 	oltp    *oltpserver.Server // nil without an OLTP endpoint
 
 	started time.Time
+
+	console      *console.Console
+	consoleUsers console.Authenticator // who may use the console (nil: anyone)
+	httpTLS      bool
+	// finished says every source ended (their ends were reached).
+	finished atomic.Bool
 
 	mu      sync.Mutex
 	failure error // the error that stopped ingestion: /healthz reports it
@@ -97,6 +105,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 		return nil, err
 	}
 	s := &Server{cfg: cfg, Node: node, log: log, started: time.Now()}
+	s.console = console.New(consoleProvider{s}, log)
 	defer func() {
 		if err != nil {
 			s.closeAll()
@@ -158,6 +167,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 			Persister: persister{node: node, uris: names}, CheckpointTicks: ticks(checkpointInterval(cfg, node)),
 			PurgeTicks: ticks(cfg.IndexPurgeInterval),
 			RedoUpTo:   readProgress(node.Config.DataDir, names), Progress: progressWriter(node.Config.DataDir, names),
+			Visible: s.console.Visible,
 		})
 		if err != nil {
 			return nil, err
@@ -182,6 +192,19 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 	}
 	if s.httpL, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("server: metrics listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	// Beyond loopback the console asks for a user of the SQL endpoint, and
+	// the endpoint serves HTTPS with its certificate.
+	if !loopback(s.httpL.Addr()) {
+		if len(users) > 0 {
+			s.consoleUsers = users
+		} else {
+			log.Warn("the console and metrics endpoint listens beyond loopback without users: anyone who reaches it sees every table's name and the running statements; configure sql_users", "addr", s.httpL.Addr().String())
+		}
+		if tlsCfg != nil {
+			s.httpL = tls.NewListener(s.httpL, tlsCfg)
+			s.httpTLS = true
+		}
 	}
 	if err := s.listenIceberg(users, tlsCfg); err != nil {
 		return nil, err
@@ -362,6 +385,14 @@ func withURIs(uris []string, resume []mirror.Checkpoint) []checkpoint.Source {
 func (s *Server) SQLAddr() string  { return s.pg.Addr() }
 func (s *Server) HTTPAddr() string { return s.httpL.Addr().String() }
 
+// ConsoleURL is the web console's address.
+func (s *Server) ConsoleURL() string {
+	if s.httpTLS {
+		return "https://" + s.HTTPAddr() + "/"
+	}
+	return "http://" + s.HTTPAddr() + "/"
+}
+
 func (s *Server) fail(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -390,6 +421,7 @@ func (s *Server) Run(ctx context.Context) error {
 			err := s.sink.Run(intake)
 			switch {
 			case err == nil:
+				s.finished.Store(true)
 				s.log.Info("every source finished")
 			case errors.Is(err, context.Canceled):
 			default:
@@ -407,6 +439,10 @@ func (s *Server) Run(ctx context.Context) error {
 		gcWG.Go(func() { s.Node.RunStorageGC(intake) })
 	}
 	gcWG.Go(func() { s.Node.RunVisibilityCheckpoints(intake) })
+	consoleCtx, stopConsole := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopConsole()
+	var consoleWG sync.WaitGroup
+	consoleWG.Go(func() { s.console.Run(consoleCtx) })
 	if s.Node.Iceberg != nil {
 		gcWG.Go(func() { s.Node.Iceberg.Run(intake) })
 	}
@@ -439,6 +475,8 @@ func (s *Server) Run(ctx context.Context) error {
 	ingestErr := <-ingested // in-flight transactions are committed or rolled back
 	gcWG.Wait()
 	stopServe()
+	stopConsole()
+	consoleWG.Wait()
 	hs.Close()
 	if s.iceHTTP != nil {
 		s.iceHTTP.Close()

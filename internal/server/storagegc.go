@@ -64,6 +64,8 @@ type storageGC struct {
 	busy     map[uint64]bool     // files in a rewrite, ready or switched
 	durable  uint64              // timestamp of the newest durable checkpoint
 	stats    GCStats
+	// lastRewrite is when a rewrite of each table was last switched in.
+	lastRewrite map[uint32]time.Time
 }
 
 type switched struct {
@@ -420,6 +422,10 @@ func (n *Node) switchRewrites(ts uint64) error {
 		n.gc.stats.FilesRewritten.Add(uint64(len(rw.Old)))
 		n.gc.stats.VersionsDropped.Add(uint64(rw.Dropped))
 		n.gc.mu.Lock()
+		if n.gc.lastRewrite == nil {
+			n.gc.lastRewrite = map[uint32]time.Time{}
+		}
+		n.gc.lastRewrite[rw.Table.ID] = time.Now()
 		n.gc.switched = append(n.gc.switched, switched{ts: ts, old: rw.Old})
 		n.gc.mu.Unlock()
 	}

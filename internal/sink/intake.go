@@ -156,6 +156,7 @@ func (in *intake) loop(ctx context.Context, out chan<- intakeBatch) error {
 			}
 			for i, m := range b.msgs {
 				in.s.messages.Add(1)
+				in.s.sourceMessages[in.source].Add(1)
 				in.cur.read = append(in.cur.read, m.Pos)
 				if off, ok := in.resume[m.Pos.Stream]; ok && m.Pos.Offset < off {
 					in.handled(m.Pos) // applied before the restart

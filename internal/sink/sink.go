@@ -124,8 +124,12 @@ type Config struct {
 	// count).
 	Progress func([]map[string]int64)
 	// Tick is how often the low watermark is read and GC decided (1s).
-	Tick   time.Duration
-	Logger *slog.Logger
+	Tick time.Duration
+	// Visible, when set, is told of every committed transaction that
+	// carried its source commit time: the time from that commit to the
+	// transaction becoming visible is Retina's freshness.
+	Visible func(sourceMS int64, at time.Time)
+	Logger  *slog.Logger
 }
 
 // Stats count the sink's work.
@@ -168,13 +172,15 @@ type Sink struct {
 	dead  *deadLetters
 
 	messages, skipped, deadDecoded, ops atomic.Uint64
-	ckptErrors                          atomic.Uint64
-	lastCkpt                            atomic.Pointer[ckptInfo]
-	coreStats                           atomic.Pointer[mirror.Stats] // the core's counters, for other goroutines
-	redoTook                            atomic.Int64                 // nanoseconds the redo after a crash took (0: none or running)
-	ran                                 atomic.Bool
-	waits                               waiters
-	wakeup                              chan struct{} // a new wait: check the waiters
+	// sourceMessages counts each source's messages read.
+	sourceMessages []atomic.Uint64
+	ckptErrors     atomic.Uint64
+	lastCkpt       atomic.Pointer[ckptInfo]
+	coreStats      atomic.Pointer[mirror.Stats] // the core's counters, for other goroutines
+	redoTook       atomic.Int64                 // nanoseconds the redo after a crash took (0: none or running)
+	ran            atomic.Bool
+	waits          waiters
+	wakeup         chan struct{} // a new wait: check the waiters
 }
 
 // New validates the configuration.
@@ -218,7 +224,8 @@ func New(cfg Config) (*Sink, error) {
 	}
 	start := make([]mirror.Checkpoint, len(cfg.Sources))
 	copy(start, cfg.Start)
-	s := &Sink{cfg: cfg, log: cfg.Logger.With("component", "sink"), start: start, wakeup: make(chan struct{}, 1)}
+	s := &Sink{cfg: cfg, log: cfg.Logger.With("component", "sink"), start: start, wakeup: make(chan struct{}, 1),
+		sourceMessages: make([]atomic.Uint64, len(cfg.Sources))}
 	policy := mirror.Fail
 	switch cfg.BadInput {
 	case Fail:
@@ -267,6 +274,15 @@ func (s *Sink) Stats() Stats {
 // Checkpoints are every source's resume points, covering every committed
 // transaction. Call it after Run returned.
 func (s *Sink) Checkpoints() []mirror.Checkpoint { return s.core.Checkpoints() }
+
+// SourceMessages counts each source's messages read so far.
+func (s *Sink) SourceMessages() []uint64 {
+	out := make([]uint64, len(s.sourceMessages))
+	for i := range s.sourceMessages {
+		out[i] = s.sourceMessages[i].Load()
+	}
+	return out
+}
 
 // event is something that happened outside the driver, fed to the core on
 // the driver's goroutine.
@@ -452,8 +468,18 @@ func (d *driver) exec(rd mirror.Ready) {
 	if len(rd.Commit) > 0 {
 		if err := s.cfg.Txn.CommitMirror(context.WithoutCancel(d.work), rd.Commit...); err != nil {
 			d.core.CommitFailed(err)
-		} else if err := d.core.Committed(rd.Commit); err != nil {
-			d.core.Fail(fmt.Errorf("sink: %w", err))
+		} else {
+			if s.cfg.Visible != nil {
+				now := time.Now()
+				for _, ts := range rd.Commit {
+					if ms := d.core.SourceMS(ts); ms > 0 {
+						s.cfg.Visible(ms, now)
+					}
+				}
+			}
+			if err := d.core.Committed(rd.Commit); err != nil {
+				d.core.Fail(fmt.Errorf("sink: %w", err))
+			}
 		}
 	}
 	if len(rd.Abort) > 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/retinadb/retina/internal/mirror"
 )
@@ -28,7 +29,13 @@ type waiters struct {
 	list    []*waiter
 	stopped bool
 	watched map[streamKey]int64
+	// positions are the sources' committed offsets by stream, copied at
+	// most every positionsEvery (release runs for every Ready).
+	positions   []map[string]int64
+	positionsAt time.Time
 }
+
+const positionsEvery = 100 * time.Millisecond
 
 type streamKey struct {
 	source int
@@ -55,6 +62,14 @@ func (s *Sink) Applied(source int, stream string) (off int64, ok bool) {
 	defer s.waits.mu.Unlock()
 	off, ok = s.waits.watched[streamKey{source, stream}]
 	return off, ok && off >= 0
+}
+
+// Positions is, for every source, the highest offset of each stream a
+// committed transaction carried.
+func (s *Sink) Positions() []map[string]int64 {
+	s.waits.mu.Lock()
+	defer s.waits.mu.Unlock()
+	return s.waits.positions
 }
 
 // WaitApplied returns once every message of the source's stream before off
@@ -98,6 +113,9 @@ func (s *Sink) wake() {
 func (s *Sink) release(core *mirror.Core) {
 	s.waits.mu.Lock()
 	defer s.waits.mu.Unlock()
+	if now := time.Now(); now.Sub(s.waits.positionsAt) >= positionsEvery {
+		s.waits.positions, s.waits.positionsAt = core.Positions(), now
+	}
 	for k := range s.waits.watched {
 		if off, ok := core.Resume(k.source, k.stream); ok {
 			s.waits.watched[k] = off

@@ -111,6 +111,10 @@ type Store struct {
 	stream     *commitStream // nil unless Options.Stream
 	streamDone chan struct{}
 
+	// commits and aborts count the transactions that committed and those
+	// whose commit failed.
+	commits, aborts atomic.Uint64
+
 	stop chan struct{}
 	done chan struct{}
 	ckpt time.Duration
@@ -377,3 +381,7 @@ func (c *crossRegistry) waitSettled(ctx context.Context, s, v uint64) error {
 // compare the store against an engine used alone. Transactions run on them
 // directly bypass the store's guarantees.
 func (s *Store) Engines() (memory, storage engine.Engine) { return s.mem, s.disk }
+
+// Outcomes counts the transactions that committed and those whose commit
+// failed (conflicts, validation, the commit check) since the store opened.
+func (s *Store) Outcomes() (commits, aborts uint64) { return s.commits.Load(), s.aborts.Load() }

@@ -32,6 +32,18 @@ func newCommitStream() *commitStream {
 	return &commitStream{wake: make(chan struct{}, 1), quit: make(chan struct{}), out: make(chan streamorder.Commit, 1024)}
 }
 
+// StreamBacklog is how many commits the stream holds that its consumer has
+// not taken yet (ordered and waiting, and queued for delivery).
+func (s *Store) StreamBacklog() int {
+	if s.stream == nil {
+		return 0
+	}
+	s.stream.mu.Lock()
+	n := s.stream.merger.Pending()
+	s.stream.mu.Unlock()
+	return n + len(s.stream.out)
+}
+
 // add registers a committing transaction's timestamps and payload. Once
 // the stream is stopped it holds nothing: a store whose consumer went away
 // must not grow without bound.

@@ -224,6 +224,13 @@ func (tx *Tx) Commit(ctx context.Context) (err error) {
 	}
 	defer tx.unselect()
 	defer func() {
+		if err == nil {
+			tx.s.commits.Add(1)
+		} else {
+			tx.s.aborts.Add(1)
+		}
+	}()
+	defer func() {
 		if err != nil {
 			// No-ops for a sub-transaction already finished.
 			tx.mem.Abort()
