@@ -594,8 +594,11 @@ func (pb *publication) metadata(ctx context.Context, next *tableState, ts TableS
 		if b, err = table.NewMetadataBuilder(next.Format); err != nil {
 			return fmt.Errorf("iceberg: table %s: %w", t.Name, err)
 		}
+		// Copies: the builder numbers what it is given, and these are
+		// iceberg-go's shared values.
+		spec, order := *ice.UnpartitionedSpec, table.UnsortedSortOrder
 		err = firstOf(b.SetUUID(uuid.New()), b.SetLoc(next.Location), b.AddSchema(schema), b.SetCurrentSchemaID(-1),
-			b.AddPartitionSpec(ice.UnpartitionedSpec, true), b.SetDefaultSpecID(-1), b.AddSortOrder(&table.UnsortedSortOrder),
+			b.AddPartitionSpec(&spec, true), b.SetDefaultSpecID(-1), b.AddSortOrder(&order),
 			b.SetDefaultSortOrderID(-1))
 	} else {
 		cur, uerr := pb.p.uri(next.MetaKey)
