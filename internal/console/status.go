@@ -32,7 +32,9 @@
 //	storage_gc   rewrites, files_rewritten, files_dropped, errors
 //	iceberg      publications, failures, snapshot_ts, lag_seconds (when on)
 //	oltp         commits, aborts, commits_per_sec, memory_tables,
-//	             storage_tables, stream_lag_commits (when the store runs)
+//	             storage_tables, memory_records (rows the memory engine
+//	             holds), storage_bytes (the storage engine's disk space),
+//	             stream_lag_commits (when the store runs)
 //	history      interval_seconds (1) and points[] of the last 15 minutes:
 //	             t (Unix seconds), rows_per_sec, fresh_p50_ms, fresh_p99_ms,
 //	             hwm_lag; ?since=<t> returns only the points after t
@@ -182,6 +184,8 @@ type OLTP struct {
 	CommitsPerSec    float64 `json:"commits_per_sec"`
 	MemoryTables     int     `json:"memory_tables"`
 	StorageTables    int     `json:"storage_tables"`
+	MemoryRecords    int64   `json:"memory_records"`
+	StorageBytes     int64   `json:"storage_bytes"`
 	StreamLagCommits int64   `json:"stream_lag_commits"`
 }
 

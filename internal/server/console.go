@@ -150,6 +150,13 @@ func (p consoleProvider) Collect(ctx context.Context) (console.Status, console.C
 			}
 		}
 		o.StreamLagCommits = int64(store.StreamBacklog())
+		mem, disk := store.Engines()
+		if m, ok := mem.(interface{ Records() int64 }); ok {
+			o.MemoryRecords = m.Records()
+		}
+		if d, ok := disk.(interface{ DiskBytes() int64 }); ok {
+			o.StorageBytes = d.DiskBytes()
+		}
 		cnt.OLTPCommits = commits
 		st.OLTP = o
 	}

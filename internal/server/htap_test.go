@@ -3,7 +3,9 @@ package server_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/retinadb/retina/internal/console"
 	"github.com/retinadb/retina/internal/oltp/oltpserver"
 	"github.com/retinadb/retina/internal/server"
 	"github.com/retinadb/retina/internal/server/servertest"
@@ -188,6 +191,19 @@ func TestHTAPReplicatesTheStore(t *testing.T) {
 		}
 	}
 	check(r)
+	// The console shows the store: its commits, a table in each engine,
+	// and a stream Retina has taken everything from.
+	resp, err := http.Get("http://" + r.srv.HTTPAddr() + "/api/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st console.Status
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || st.OLTP == nil || st.OLTP.Commits < 8 || st.OLTP.Aborts != 0 || st.OLTP.MemoryTables != 1 || st.OLTP.StorageTables != 2 ||
+		st.OLTP.MemoryRecords == 0 || st.OLTP.StorageBytes == 0 || st.OLTP.StreamLagCommits != 0 {
+		t.Fatalf("the console's OLTP status: %+v (%v)", st.OLTP, err)
+	}
 	r.close(t)
 
 	r = startHTAP(t, dir)

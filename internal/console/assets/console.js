@@ -98,6 +98,7 @@ function render(st) {
   if (o) {
     text("oltp-cps", fmt(o.commits_per_sec)); text("oltp-commits", fmt(o.commits)); text("oltp-aborts", fmt(o.aborts));
     text("oltp-tables", o.memory_tables + " / " + o.storage_tables); text("oltp-lag", fmt(o.stream_lag_commits));
+    text("oltp-memory", fmt(o.memory_records) + " records"); text("oltp-storage", bytes(o.storage_bytes) + " on disk");
   }
 
   for (const p of st.history.points) state.points.push(p);

@@ -335,6 +335,9 @@ func (e *Engine) poke() {
 // Name implements engine.Engine.
 func (e *Engine) Name() string { return "storage" }
 
+// DiskBytes is the space the engine's Pebble store takes on disk.
+func (e *Engine) DiskBytes() int64 { return int64(e.db.Metrics().DiskSpaceUsage()) }
+
 // LatestSnapshot implements engine.Engine.
 func (e *Engine) LatestSnapshot() uint64 { return e.clock.Visible() }
 

@@ -153,6 +153,18 @@ func Open(opts Options) (*Engine, error) {
 // Name implements engine.Engine.
 func (e *Engine) Name() string { return "memory" }
 
+// Records counts the records (keys with any version) the engine holds.
+// The tables are fixed when the engine opens.
+func (e *Engine) Records() int64 {
+	var n int64
+	for _, t := range e.tables {
+		t.mu.RLock()
+		n += int64(t.rows.Len())
+		t.mu.RUnlock()
+	}
+	return n
+}
+
 // LatestSnapshot implements engine.Engine: one atomic load.
 func (e *Engine) LatestSnapshot() uint64 { return e.clock.Visible() }
 
