@@ -24,7 +24,7 @@ func TestDemoRunsAndReports(t *testing.T) {
 	if rep.InvariantFailures != 0 || rep.InvariantChecks < 3 {
 		t.Fatalf("invariants: %d of %d failed: %v", rep.InvariantFailures, rep.InvariantChecks, rep.Failures)
 	}
-	if rep.FreshnessSamples < 10 || rep.RowsChanged == 0 || rep.Transactions == 0 || rep.LiveRows == 0 {
+	if rep.FreshnessSamples == 0 || rep.RowsChanged == 0 || rep.Transactions == 0 || rep.LiveRows == 0 {
 		t.Fatalf("report: %+v", rep)
 	}
 	ran := 0

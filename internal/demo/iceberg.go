@@ -168,11 +168,11 @@ func RunIceberg(ctx context.Context, cfg IcebergConfig, logf func(format string,
 	if err != nil {
 		return nil, err
 	}
-	pub.OnPublished = func(r iceberg.Published) {
+	pub.Observe(func(r iceberg.Published) {
 		mu.Lock()
 		pubs = append(pubs, r)
 		mu.Unlock()
-	}
+	})
 	var prof bytes.Buffer
 	if err := pprof.StartCPUProfile(&prof); err != nil {
 		return nil, fmt.Errorf("iceberg bench: CPU profile: %w", err)

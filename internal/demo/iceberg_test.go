@@ -39,12 +39,12 @@ func TestIcebergSnapshotsKeepTheBankInvariants(t *testing.T) {
 			}
 			published := make(chan iceberg.Published, 64)
 			var once sync.Once
-			p.srv.Node.Iceberg.OnPublished = func(r iceberg.Published) {
+			p.srv.Node.Iceberg.Observe(func(r iceberg.Published) {
 				select {
 				case published <- r:
 				default: // the checker is behind: it checks a later one
 				}
-			}
+			})
 			checked := 0
 			err = p.withStream(ctx, 20_000, newProbes(), false, func(ctx context.Context) error {
 				deadline := time.After(6 * time.Second)

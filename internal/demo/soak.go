@@ -264,12 +264,18 @@ func (p *pipeline) holdTransaction(ctx context.Context, cfg SoakConfig, pr *prob
 		return nil
 	case <-time.After(wait):
 	}
-	conn, err := pgx.Connect(ctx, "postgres://retina@"+p.srv.SQLAddr()+"/retina?sslmode=disable")
+	// Once begun, the transaction is opened, read, read again and ended
+	// even if the run's deadline passes meanwhile: a loaded machine (the
+	// race detector, a shared host) stretches each step; only the hold
+	// itself ends with the run.
+	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(opCtx, "postgres://retina@"+p.srv.SQLAddr()+"/retina?sslmode=disable")
 	if err != nil {
 		return fmt.Errorf("soak: held transaction: %w", err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+	defer conn.Close(opCtx)
+	if _, err := conn.Exec(opCtx, "BEGIN"); err != nil {
 		return fmt.Errorf("soak: held transaction: %w", err)
 	}
 	// What the transaction reads must not change while it is held, even
@@ -280,7 +286,7 @@ func (p *pipeline) holdTransaction(ctx context.Context, cfg SoakConfig, pr *prob
 		rows, rows2   int64
 		saved, saved2 string
 	)
-	if err := conn.QueryRow(ctx, read).Scan(&held, &rows, &saved); err != nil {
+	if err := conn.QueryRow(opCtx, read).Scan(&held, &rows, &saved); err != nil {
 		return fmt.Errorf("soak: held transaction: %w", err)
 	}
 	start := time.Now()
@@ -299,10 +305,7 @@ hold:
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	// Once open, the transaction is read again and ended even if the run's
-	// deadline has passed meanwhile (a loaded machine stretches the hold).
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
+	ctx = opCtx
 	var snap2 uint64
 	if err := conn.QueryRow(ctx, read).Scan(&snap2, &rows2, &saved2); err != nil {
 		return fmt.Errorf("soak: held transaction, second read: %w", err)

@@ -127,8 +127,15 @@ type Publisher struct {
 	wake    chan struct{}
 	stats   Stats
 	history []Published
-	// OnPublished, when set, is told of every committed publication.
-	OnPublished func(Published)
+	observe func(Published) // set by Observe; guarded by mu
+}
+
+// Observe has fn told of every publication committed from now on (nil
+// stops it). fn runs on the publishing goroutine: it must not block.
+func (p *Publisher) Observe(fn func(Published)) {
+	p.mu.Lock()
+	p.observe = fn
+	p.mu.Unlock()
 }
 
 // publishWorkers is how many tables a publication publishes at once.
@@ -477,7 +484,7 @@ func (p *Publisher) Publish(ctx context.Context, st *State) error {
 	if len(p.history) > historyMax {
 		p.history = slices.Delete(p.history, 0, len(p.history)-historyMax)
 	}
-	observe := p.OnPublished
+	observe := p.observe
 	p.mu.Unlock()
 	if observe != nil {
 		observe(res)
