@@ -21,7 +21,7 @@ const (
 	stmtCommit                      // COMMIT, END
 	stmtRollback                    // ROLLBACK, ABORT
 	stmtSetting                     // SET, RESET, SHOW of a parameter
-	stmtWait                        // SELECT retina_wait_lsn(…)
+	stmtWait                        // SELECT retina_wait_lsn(…) or retina_wait_mysql(…)
 	stmtDeclare                     // DECLARE name CURSOR FOR query
 	stmtFetch                       // FETCH or MOVE
 	stmtCloseCursor                 // CLOSE name
@@ -172,6 +172,9 @@ func (s *Session) Prepare(ctx context.Context, text string) (*Statement, error) 
 	case "SELECT":
 		if w, ok := parseWait(text); ok {
 			st.kind, st.wait, st.Columns = stmtWait, w, waitColumns
+			if w.isMySQL {
+				st.Columns = waitMySQLColumns
+			}
 			return st, nil
 		}
 	}

@@ -107,6 +107,16 @@ func (p consoleProvider) Collect(ctx context.Context) (console.Status, console.C
 			} else if !ps.LastCommit.IsZero() {
 				cs.LagSeconds = max(0, now.Sub(ps.LastCommit).Seconds())
 			}
+		case src.my != nil:
+			ms := src.my.Stats()
+			if !ms.SnapshotDone {
+				cs.State = console.Copying
+			}
+			if ms.LastCommit.UnixMilli() > ing.LastSourceMS && ing.LastSourceMS > 0 {
+				cs.LagSeconds = max(0, float64(now.UnixMilli()-ing.LastSourceMS)/1000)
+			} else {
+				cs.LagSeconds = 0
+			}
 		case src.uri == htap.Name:
 			if hs, ok := src.src.(*htap.Source); ok && !hs.Stats().CopyDone {
 				cs.State = console.Copying

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/retinadb/retina/internal/cdc/mysql"
 	"github.com/retinadb/retina/internal/cdc/postgres"
 	"github.com/retinadb/retina/internal/console"
 	"github.com/retinadb/retina/internal/sink"
@@ -87,8 +88,38 @@ func (s *Server) registerSourceMetrics(reg *prometheus.Registry) {
 	}
 }
 
+// registerMySQLMetrics adds the figures of each MySQL or MariaDB source,
+// labelled with its name.
+func (s *Server) registerMySQLMetrics(reg *prometheus.Registry) {
+	for _, src := range s.sources {
+		if src.my == nil {
+			continue
+		}
+		labels := prometheus.Labels{"source": sourceName(src.uri)}
+		gauge := func(name, help string, f func(st mysql.Stats) float64) {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "retina", Name: name, Help: help, ConstLabels: labels},
+				func() float64 { return f(src.my.Stats()) }))
+		}
+		gauge("source_lag_seconds", "Now minus the commit time of the newest applied transaction while received transactions wait to be applied, else 0.", func(st mysql.Stats) float64 {
+			newest := s.IngestStats().LastSourceMS
+			if newest == 0 || st.LastCommit.UnixMilli() <= newest {
+				return 0
+			}
+			return max(0, float64(time.Now().UnixMilli()-newest)/1000)
+		})
+		gauge("source_transactions", "Source transactions received from the binlog since the start.", func(st mysql.Stats) float64 { return float64(st.Transactions) })
+		gauge("source_snapshot_rows", "Rows of the initial copy delivered so far.", func(st mysql.Stats) float64 { return float64(st.SnapshotRows) })
+		gauge("source_snapshot_rows_estimate", "Rows the server estimates the copied tables hold (for the copy's ETA).",
+			func(st mysql.Stats) float64 { return float64(st.SnapshotRowsEstimate) })
+		gauge("source_snapshot_tables", "Tables the initial copy covers.", func(st mysql.Stats) float64 { return float64(st.SnapshotTables) })
+		gauge("source_snapshot_tables_done", "Tables the initial copy has finished.", func(st mysql.Stats) float64 { return float64(st.SnapshotTablesDone) })
+		gauge("source_reconnects", "Replication sessions started again after a failure.", func(st mysql.Stats) float64 { return float64(st.Reconnects) })
+	}
+}
+
 func (s *Server) registerMetrics(reg *prometheus.Registry) {
 	s.registerSourceMetrics(reg)
+	s.registerMySQLMetrics(reg)
 	watermark := func(pick func(w txn.Watermarks) float64) func() float64 {
 		return func() float64 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)

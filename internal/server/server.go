@@ -17,6 +17,7 @@ import (
 
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/cdc"
+	"github.com/retinadb/retina/internal/cdc/mysql"
 	"github.com/retinadb/retina/internal/cdc/postgres"
 	"github.com/retinadb/retina/internal/checkpoint"
 	"github.com/retinadb/retina/internal/console"
@@ -61,6 +62,7 @@ type source struct {
 	uri string
 	src cdc.Source
 	pg  *postgres.Source // when it is a PostgreSQL source: its progress for metrics
+	my  *mysql.Source    // when it is a MySQL or MariaDB source
 }
 
 // Options tune a server beyond its Config.
@@ -251,6 +253,32 @@ func (w *lsnWaiter) WaitLSN(ctx context.Context, lsn uint64) error {
 	return nil
 }
 
+// WaitMySQL answers retina_wait_mysql: it waits on every MySQL source until
+// the transactions up to the binlog position are applied.
+func (w *lsnWaiter) WaitMySQL(ctx context.Context, pos string) error {
+	s := w.s.Load()
+	waited := false
+	for i, src := range s.sourcesIfStarted() {
+		if src.my == nil {
+			continue
+		}
+		waited = true
+		targets, err := src.my.WaitTargets(ctx, pos)
+		if err != nil {
+			return err
+		}
+		for _, t := range targets {
+			if err := s.sink.WaitApplied(ctx, i, t.Stream, t.Offset); err != nil {
+				return fmt.Errorf("source %s: %w", sourceName(src.uri), err)
+			}
+		}
+	}
+	if !waited {
+		return query.ErrNoMySQLWaiter
+	}
+	return nil
+}
+
 // sourcesIfStarted is the sources once ingestion is set up, else none.
 func (s *Server) sourcesIfStarted() []*source {
 	if s == nil || s.sink == nil {
@@ -264,6 +292,9 @@ func (s *Server) sourcesIfStarted() []*source {
 func sourceName(uri string) string {
 	if postgres.IsURI(uri) {
 		return postgres.Redact(uri)
+	}
+	if mysql.IsURI(uri) {
+		return mysql.Name(uri)
 	}
 	return uri
 }
@@ -282,6 +313,18 @@ func (s *Server) openSource(ctx context.Context, uri string, start mirror.Checkp
 			return nil, err
 		}
 		src.src = src.pg
+		return src, nil
+	}
+	if mysql.IsURI(uri) {
+		opts, perr := mysql.ParseURI(uri)
+		if perr != nil {
+			return nil, perr
+		}
+		src.my, err = mysql.Open(ctx, opts, mysql.Config{Catalog: s.Node.Catalog, Logger: s.log, Resume: start.Resume})
+		if err != nil {
+			return nil, err
+		}
+		src.src = src.my
 		return src, nil
 	}
 	if uri == "file:-" && stdin != nil {
