@@ -42,6 +42,8 @@ func newBenchCommand() *cobra.Command {
 			bench.DefaultSoakConfig(), soakFlags, bench.Soak),
 		benchSubcommand("postgres", "PostgreSQL source: pgbench -i, the initial copy, pgbench at full speed with a kill and restart of Retina halfway; lag, invariant, tables equal",
 			bench.DefaultPostgresConfig(), postgresFlags, bench.Postgres),
+		benchSubcommand("mysql", "MySQL/MariaDB source: go-tpc TPC-C prepared on a private MariaDB, the initial copy, TPC-C at full speed with a kill and restart of Retina halfway; lag, consistency conditions in Retina snapshots, tables equal",
+			bench.DefaultMySQLConfig(), mysqlFlags, bench.MySQL),
 		benchSubcommand("crash", "Crash recovery: kill -9 retina serve again and again on a growing source; rows lost or doubled, invariants, restart time",
 			bench.DefaultCrashConfig(), crashFlags, bench.Crash),
 		benchSubcommand("skeena", "Skeena two-engine store: the cross-engine layer's overhead on memory-only and storage-only transactions, mixes of accesses across the engines (throughput, aborts, latency)",
@@ -202,6 +204,18 @@ func postgresFlags(f *pflag.FlagSet, cfg *bench.PostgresConfig) {
 	f.DurationVar(&cfg.Heartbeat, "heartbeat", cfg.Heartbeat, "how often a heartbeat row is committed (the lag samples)")
 	f.DurationVar(&cfg.CheckEvery, "check-every", cfg.CheckEvery, "how often pgbench's invariant is checked in a Retina snapshot (0: only at the end)")
 	f.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", cfg.CheckpointInterval, "Retina's checkpoint interval")
+	f.StringVar(&cfg.Dir, "dir", "", "work directory to use and keep (data directory, Retina's log); default a temporary one")
+}
+
+func mysqlFlags(f *pflag.FlagSet, cfg *bench.MySQLConfig) {
+	f.IntVar(&cfg.Warehouses, "warehouses", cfg.Warehouses, "TPC-C warehouses")
+	f.IntVar(&cfg.Threads, "threads", cfg.Threads, "go-tpc threads")
+	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of the TPC-C run")
+	f.BoolVar(&cfg.Kill, "kill", cfg.Kill, "SIGKILL Retina halfway through the run and restart it")
+	f.DurationVar(&cfg.Heartbeat, "heartbeat", cfg.Heartbeat, "how often a heartbeat row is committed (the lag samples)")
+	f.DurationVar(&cfg.CheckEvery, "check-every", cfg.CheckEvery, "how often TPC-C's consistency conditions are checked in a Retina snapshot (0: only at the end)")
+	f.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", cfg.CheckpointInterval, "Retina's checkpoint interval")
+	f.StringVar(&cfg.GoTPC, "go-tpc", "", "go-tpc binary (default: on PATH, in GOPATH/bin, or installed)")
 	f.StringVar(&cfg.Dir, "dir", "", "work directory to use and keep (data directory, Retina's log); default a temporary one")
 }
 

@@ -239,6 +239,12 @@ func goTPC(ctx context.Context, given string) (string, error) {
 	if p, err := exec.LookPath("go-tpc"); err == nil {
 		return p, nil
 	}
+	// Where .ci/install's `go install` puts it.
+	if out, err := exec.CommandContext(ctx, "go", "env", "GOPATH").Output(); err == nil {
+		if p := filepath.Join(strings.TrimSpace(string(out)), "bin", "go-tpc"); fileExists(p) {
+			return p, nil
+		}
+	}
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		cache = os.TempDir()
@@ -547,4 +553,9 @@ func (s *tpccSampler) stop() (samplerResult, error) {
 	defer s.mu.Unlock()
 	slices.Sort(s.res.fresh)
 	return s.res, errors.Join(s.errs...)
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
 }

@@ -128,6 +128,17 @@ type Publisher struct {
 	stats   Stats
 	history []Published
 	observe func(Published) // set by Observe; guarded by mu
+	hold    func() bool      // set by HoldWhile; guarded by mu
+}
+
+// HoldWhile defers publication while held returns true: a source's
+// initial copy is running, and its tables, partial, are no snapshot of the
+// source worth publishing (nor the work: publication would write the rows
+// of the copy's write-buffer blocks out as pieces, again and again).
+func (p *Publisher) HoldWhile(held func() bool) {
+	p.mu.Lock()
+	p.hold = held
+	p.mu.Unlock()
 }
 
 // Observe has fn told of every publication committed from now on (nil
@@ -344,10 +355,13 @@ func (p *Publisher) run(ctx context.Context) {
 		// interval after the last one published waits (and may be
 		// replaced by a newer one meanwhile).
 		p.mu.Lock()
-		st := p.offered
+		st, hold := p.offered, p.hold
 		p.mu.Unlock()
 		if st == nil {
 			continue
+		}
+		if hold != nil && hold() {
+			continue // the next checkpoint offers a newer state
 		}
 		if due := last.Add(p.cfg.Interval * 9 / 10); st.Sealed.Before(due) {
 			select {

@@ -38,6 +38,10 @@ type streamState struct {
 	offs []int64
 	done []bool
 	next int64 // one past the last offset seen
+	// lo is a lower bound of the first offset not done: every entry below
+	// it is done, so resumeAt scans on from there rather than over every
+	// done entry waiting for compaction (waits ask it at every Ready).
+	lo int
 }
 
 // find is the index of off in offs, or where it goes.
@@ -60,6 +64,13 @@ func (st *streamState) add(off int64, done bool) {
 		return
 	}
 	st.offs, st.done = slices.Insert(st.offs, i, off), slices.Insert(st.done, i, done)
+	if i < st.lo {
+		if done {
+			st.lo++
+		} else {
+			st.lo = i
+		}
+	}
 }
 
 func newTracker(cp Checkpoint) *tracker {
@@ -151,6 +162,7 @@ func (t *tracker) compact() {
 		}
 		if i > 0 {
 			st.offs, st.done = slices.Delete(st.offs, 0, i), slices.Delete(st.done, 0, i)
+			st.lo = max(0, st.lo-i)
 		}
 		resume[name] = st.resumeAt()
 	}
@@ -166,10 +178,11 @@ func (t *tracker) compact() {
 }
 
 func (st *streamState) resumeAt() int64 {
-	for i, off := range st.offs {
-		if !st.done[i] {
-			return off
-		}
+	for st.lo < len(st.offs) && st.done[st.lo] {
+		st.lo++
+	}
+	if st.lo < len(st.offs) {
+		return st.offs[st.lo]
 	}
 	return st.next
 }

@@ -206,6 +206,12 @@ func TestMySQLSourceSchemaAndKeyless(t *testing.T) {
 	if got := textRows(t, retina, "SELECT count(*) FROM gone"); got[0][0] != "0" {
 		t.Fatalf("a dropped table has %s rows in Retina, want 0", got[0][0])
 	}
+	// Iceberg publication, held while the copy ran, goes on after it.
+	for deadline := time.Now().Add(30 * time.Second); r.srv.Node.Iceberg.Stats().Publications == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no Iceberg publication after the initial copy")
+		}
+	}
 }
 
 // waitFailure waits until ingestion stops and returns why.
@@ -300,8 +306,14 @@ func TestMySQLSourcePurgedPosition(t *testing.T) {
 	}
 	r = startRetina(t, dir, m.URI("p", "copy=2"))
 	defer r.close(t)
+	published := r.srv.Node.Iceberg.Stats().Publications
 	retina = connect(t, "postgres://retina@"+r.srv.SQLAddr()+"/retina?sslmode=disable")
 	myExec(t, m, "p", "UPDATE t SET v = -v WHERE id > 95")
 	myCaughtUp(t, r, m, retina)
 	sameAsMariaDB(t, m, "p", retina, map[string][2]string{"t": {"SELECT id, v FROM t ORDER BY id", "SELECT id, v FROM t ORDER BY id"}})
+	for deadline := time.Now().Add(30 * time.Second); r.srv.Node.Iceberg.Stats().Publications == published; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no Iceberg publication after the copy made again")
+		}
+	}
 }

@@ -181,6 +181,9 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 		}
 	}
 	waiter.s.Store(s)
+	if node.Iceberg != nil {
+		node.Iceberg.HoldWhile(s.copying)
+	}
 	users, err := cfg.sqlUsers()
 	if err != nil {
 		return nil, err
@@ -277,6 +280,20 @@ func (w *lsnWaiter) WaitMySQL(ctx context.Context, pos string) error {
 		return query.ErrNoMySQLWaiter
 	}
 	return nil
+}
+
+// copying tells whether a source's initial copy is running.
+func (s *Server) copying() bool {
+	for _, src := range s.sources {
+		switch {
+		case src.pg != nil && !src.pg.Stats().SnapshotDone, src.my != nil && !src.my.Stats().SnapshotDone:
+			return true
+		}
+		if hs, ok := src.src.(*htap.Source); ok && !hs.Stats().CopyDone {
+			return true
+		}
+	}
+	return false
 }
 
 // sourcesIfStarted is the sources once ingestion is set up, else none.

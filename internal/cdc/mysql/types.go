@@ -87,6 +87,7 @@ type column struct {
 	SQLType          string // for messages
 	Type             types.Type
 	decode           func([]byte) (string, error)
+	utf8             bool // text in a UTF-8 character set: valid UTF-8 is the value
 }
 
 // mapType picks the Retina type of a column.
@@ -144,6 +145,7 @@ func (c *column) prepare() error {
 			return fmt.Errorf("column %s (%s): %w", c.Name, c.SQLType, err)
 		}
 		c.decode = d
+		c.utf8 = c.Charset == "utf8mb4" || c.Charset == "utf8mb3" || c.Charset == "utf8"
 	}
 	return nil
 }
@@ -154,15 +156,32 @@ var errZeroDate = errors.New("a zero date (or a date with a zero month or day) h
 // value turns one column's value, as the binlog decoder or the client
 // (text protocol) gives it, into its Retina value. The caller names the
 // table and the position; the error names the column.
-func (c *column) value(v any) (out any, err error) {
+func (c *column) value(v any) (any, error) {
 	if v == nil {
 		return nil, nil
 	}
-	defer func() {
-		if err != nil {
-			err = fmt.Errorf("column %s (%s): value %.60s: %w", c.Name, c.SQLType, show(v), err)
+	// The common cases first, without the error wrapping.
+	switch c.Kind {
+	case kInt:
+		if n, ok := v.(int64); ok && (!c.Unsigned || n >= 0) && c.Bits < 64 {
+			return n, nil
 		}
-	}()
+	case kText:
+		if b, ok := v.([]byte); ok && c.utf8 {
+			if utf8.Valid(b) {
+				return string(b), nil
+			}
+		}
+	}
+	out, err := c.convert(v)
+	if err != nil {
+		return nil, fmt.Errorf("column %s (%s): value %.60s: %w", c.Name, c.SQLType, show(v), err)
+	}
+	return out, nil
+}
+
+// convert is value for every type.
+func (c *column) convert(v any) (any, error) {
 	switch c.Kind {
 	case kInt:
 		n, u, err := integer(v, c.Bits, c.Unsigned)

@@ -101,6 +101,7 @@ func Open(ctx context.Context, opts Options, cfg Config) (*Source, error) {
 	s.next = s.start.streamFrom
 	if s.start.copied {
 		s.confirmed.Store(uint64(s.start.streamFrom))
+		s.stats.copyDone.Store(true) // an earlier run's copy, complete
 	}
 	setupCtx, cancelSetup := context.WithTimeout(ctx, 30*time.Second)
 	defer cancelSetup()

@@ -1,0 +1,425 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/retinadb/retina/internal/mysqltest"
+)
+
+// MySQLConfig configures `retina bench mysql`.
+type MySQLConfig struct {
+	// Warehouses and Threads of go-tpc's TPC-C; Duration of its run at
+	// full speed.
+	Warehouses, Threads int
+	Duration            time.Duration
+	// Kill: SIGKILL Retina halfway through the run and restart it.
+	Kill bool
+	// Heartbeat is how often a heartbeat row is committed for the lag;
+	// CheckEvery how often a Retina snapshot is checked against TPC-C's
+	// consistency conditions (0: only at the end).
+	Heartbeat, CheckEvery time.Duration
+	CheckpointInterval    time.Duration
+	// GoTPC is the go-tpc binary (default: on PATH, or installed).
+	GoTPC string
+	// Command runs retina (default: this executable).
+	Command []string
+	// Dir is the work directory (data directory, logs), kept; by default a
+	// temporary one, removed.
+	Dir string
+}
+
+// DefaultMySQLConfig is the issue's run: 1 warehouse, 4 threads, 60 s, a
+// kill halfway.
+func DefaultMySQLConfig() MySQLConfig {
+	return MySQLConfig{Warehouses: 1, Threads: 4, Duration: 60 * time.Second, Kill: true,
+		Heartbeat: 20 * time.Millisecond, CheckEvery: 500 * time.Millisecond, CheckpointInterval: time.Second}
+}
+
+// MySQL runs a private MariaDB, loads TPC-C with go-tpc, starts retina
+// serve on it (the initial copy), then runs TPC-C at full speed with a
+// heartbeat table while it checks TPC-C's consistency conditions in Retina
+// snapshots, kills Retina halfway and restarts it, and at the end compares
+// every table with MariaDB's.
+func MySQL(ctx context.Context, r *Report, cfg MySQLConfig) error {
+	command, dir, cleanup, err := childRun(cfg.Command, cfg.Dir, "retina-bench-mysql-")
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	cfg.Command = command
+	bin, err := goTPC(ctx, cfg.GoTPC)
+	if err != nil {
+		return err
+	}
+	m, err := mysqltest.Start(ctx, mysqltest.Options{})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if err := m.Exec("", "CREATE DATABASE tpcc"); err != nil {
+		return err
+	}
+	host, port, _ := net.SplitHostPort(m.Addr())
+	gotpc := func(ctx context.Context, args ...string) (string, error) {
+		full := append([]string{"tpcc", "-H", host, "-P", port, "-U", m.User, "-D", "tpcc", "--warehouses", strconv.Itoa(cfg.Warehouses), "-T", strconv.Itoa(cfg.Threads)}, args...)
+		out, err := exec.CommandContext(ctx, bin, full...).CombinedOutput()
+		if err != nil {
+			return string(out), fmt.Errorf("go-tpc %s: %w\n%s", strings.Join(args, " "), err, tail(out, 20))
+		}
+		return string(out), nil
+	}
+	t0 := time.Now()
+	if _, err := gotpc(ctx, "prepare", "--no-check"); err != nil {
+		return err
+	}
+	r.Printf("MariaDB on %s; go-tpc prepared %d warehouse(s) in %.1fs", m.Addr(), cfg.Warehouses, time.Since(t0).Seconds())
+	db, err := sql.Open("mysql", m.DSN("tpcc"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "CREATE TABLE retina_heartbeat (id bigint PRIMARY KEY, ts datetime(6) NOT NULL)"); err != nil {
+		return err
+	}
+	var copyRows int64
+	for _, tt := range tpccTotals {
+		var n int64
+		if err := db.QueryRowContext(ctx, "SELECT count(*) FROM "+tt.table).Scan(&n); err != nil {
+			return err
+		}
+		copyRows += n
+	}
+	logPath := filepath.Join(dir, "retina.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	tailLog := func() string { return logTail(logPath) }
+	args := []string{"serve", "--data", filepath.Join(dir, "data"), "--source", m.URI("tpcc", "name=bench"),
+		"--sql-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--checkpoint-interval", cfg.CheckpointInterval.String(), "--log-format", "json"}
+	start := func() (*child, *pgx.Conn, error) {
+		c, err := startChild(cfg.Command, nil, args, logFile)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := c.waitServing(2 * time.Minute); err != nil {
+			c.kill()
+			return nil, nil, fmt.Errorf("%w; retina's log ends:\n%s", err, tailLog())
+		}
+		conn, err := c.connect(ctx)
+		if err != nil {
+			c.kill()
+			return nil, nil, err
+		}
+		return c, conn, nil
+	}
+	// caughtUp returns once Retina shows every transaction MariaDB has
+	// committed so far.
+	caughtUp := func(conn *pgx.Conn) error {
+		var pos string
+		if err := db.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+			return err
+		}
+		var ok bool
+		return conn.QueryRow(ctx, fmt.Sprintf("SELECT retina_wait_mysql('%s', 600)", pos)).Scan(&ok)
+	}
+
+	began := time.Now()
+	c, retina, err := start()
+	if err != nil {
+		return err
+	}
+	defer func() { c.kill() }()
+	if err := caughtUp(retina); err != nil {
+		return fmt.Errorf("initial copy: %w; retina's log ends:\n%s", err, tailLog())
+	}
+	queryable := time.Now()
+	// The copy starts when its snapshot is taken (after the process opened
+	// its data directory and query engine): its rate counts from there.
+	copyBegan, err := loggedAt(logPath, "initial copy: snapshot taken")
+	if err != nil {
+		return err
+	}
+	copySecs := queryable.Sub(copyBegan).Seconds()
+	r.Printf("initial copy: %d rows queryable %.1fs after the snapshot was taken, %.1fs after the process started (%.0f rows/s)",
+		copyRows, copySecs, queryable.Sub(began).Seconds(), float64(copyRows)/copySecs)
+	r.Set("snapshot_rows", copyRows)
+	r.Set("snapshot_rows_per_sec", int64(float64(copyRows)/copySecs))
+
+	var rowsBefore int64
+	if rowsBefore, err = changedRows(ctx, db); err != nil {
+		return err
+	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	var wg sync.WaitGroup
+	var runOut string
+	var runErr error
+	wg.Go(func() {
+		runOut, runErr = gotpc(ctx, "run", "--time", cfg.Duration.String())
+		stopRun()
+	})
+	var mu sync.Mutex // guards cur, the outage and the figures below
+	cur := c
+	var outageFrom, outageTo time.Time
+	var lags []time.Duration
+	heartbeats, failures, checks := 0, 0, 0
+	var failed []string
+	retinaConn := func(ctx context.Context, conn **pgx.Conn) bool {
+		if *conn != nil {
+			return true
+		}
+		mu.Lock()
+		ch := cur
+		mu.Unlock()
+		if ch == nil || !ch.alive() {
+			return false
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		*conn, _ = ch.connect(cctx)
+		return *conn != nil
+	}
+	drop := func(conn **pgx.Conn) {
+		if *conn != nil {
+			(*conn).Close(context.Background())
+			*conn = nil
+		}
+	}
+	// The heartbeat commits a row, reads its GTID, then waits in Retina
+	// for it (retina_wait_mysql): the lag is from MariaDB's acknowledgement
+	// of the commit to a Retina snapshot that shows it.
+	wg.Go(func() {
+		hc, err := db.Conn(runCtx)
+		if err != nil {
+			return
+		}
+		defer hc.Close()
+		var conn *pgx.Conn
+		defer drop(&conn)
+		for id := int64(1); runCtx.Err() == nil; id++ {
+			if _, err := hc.ExecContext(runCtx, "INSERT INTO retina_heartbeat VALUES (?, now(6))", id); err != nil {
+				return
+			}
+			acked := time.Now()
+			var gtid string
+			if err := hc.QueryRowContext(runCtx, "SELECT @@last_gtid").Scan(&gtid); err != nil {
+				return
+			}
+			mu.Lock()
+			heartbeats++
+			mu.Unlock()
+			if retinaConn(runCtx, &conn) {
+				var ok bool
+				wctx, cancel := context.WithTimeout(runCtx, 10*time.Second)
+				err := conn.QueryRow(wctx, fmt.Sprintf("SELECT retina_wait_mysql('%s', 10)", gtid)).Scan(&ok)
+				cancel()
+				seen := time.Now()
+				if err != nil {
+					drop(&conn)
+				} else {
+					mu.Lock()
+					// A heartbeat committed before the restart caught up waited
+					// out the outage: that is restart_catch_up_s, not the lag.
+					if outageFrom.IsZero() || acked.Before(outageFrom) && seen.Before(outageFrom) || !outageTo.IsZero() && acked.After(outageTo) {
+						lags = append(lags, seen.Sub(acked))
+					}
+					mu.Unlock()
+				}
+			}
+			select {
+			case <-time.After(cfg.Heartbeat):
+			case <-runCtx.Done():
+			}
+		}
+	})
+	// The checker reads Retina snapshots for TPC-C's consistency
+	// conditions.
+	wg.Go(func() {
+		var conn *pgx.Conn
+		defer drop(&conn)
+		for runCtx.Err() == nil && cfg.CheckEvery > 0 {
+			select {
+			case <-time.After(cfg.CheckEvery):
+			case <-runCtx.Done():
+				return
+			}
+			if !retinaConn(runCtx, &conn) {
+				continue
+			}
+			broken, err := tpccConsistent(runCtx, conn)
+			if err != nil {
+				drop(&conn)
+				continue
+			}
+			mu.Lock()
+			checks++
+			if len(broken) > 0 {
+				failures++
+				failed = append(failed, strings.Join(broken, "; "))
+			}
+			mu.Unlock()
+		}
+	})
+	restartCatchUp := 0.0
+	kills := 0
+	if cfg.Kill {
+		select {
+		case <-time.After(cfg.Duration / 2):
+		case <-runCtx.Done():
+		}
+		if runCtx.Err() == nil {
+			mu.Lock()
+			outageFrom = time.Now()
+			cur.kill()
+			cur = nil
+			mu.Unlock()
+			kills++
+			retina.Close(context.Background())
+			nc, nconn, err := start()
+			if err != nil {
+				stopRun()
+				wg.Wait()
+				return fmt.Errorf("restart after the kill: %w", err)
+			}
+			mu.Lock()
+			cur, c = nc, nc
+			mu.Unlock()
+			retina = nconn
+			if err := caughtUp(retina); err != nil {
+				stopRun()
+				wg.Wait()
+				return fmt.Errorf("catch up after the kill: %w; retina's log ends:\n%s", err, tailLog())
+			}
+			mu.Lock()
+			outageTo = time.Now()
+			restartCatchUp = outageTo.Sub(outageFrom).Seconds()
+			mu.Unlock()
+			r.Printf("killed retina (SIGKILL) halfway; restarted and caught up in %.2fs", restartCatchUp)
+		}
+	}
+	<-runCtx.Done()
+	ended := time.Now()
+	wg.Wait()
+	if runErr != nil {
+		return runErr
+	}
+	if err := caughtUp(retina); err != nil {
+		return fmt.Errorf("catch up after TPC-C: %w", err)
+	}
+	catchUp := time.Since(ended).Seconds()
+	tpmC, _, err := parseGoTPC(runOut)
+	if err != nil {
+		return err
+	}
+	rowsAfter, err := changedRows(ctx, db)
+	if err != nil {
+		return err
+	}
+	streamRows := rowsAfter - rowsBefore + int64(heartbeats)
+	broken, err := tpccConsistent(ctx, retina)
+	if err != nil {
+		return err
+	}
+	if len(broken) > 0 {
+		failures++
+		failed = append(failed, strings.Join(broken, "; "))
+	}
+	diffs, err := compareTPCC(ctx, db, retina)
+	if err != nil {
+		return err
+	}
+	var hbStore, hbRetina int64
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM retina_heartbeat").Scan(&hbStore); err != nil {
+		return err
+	}
+	if err := retina.QueryRow(ctx, "SELECT count(*) FROM retina_heartbeat").Scan(&hbRetina); err != nil {
+		return err
+	}
+	if hbStore != hbRetina {
+		diffs = append(diffs, fmt.Sprintf("retina_heartbeat count(*): MariaDB %d, Retina %d", hbStore, hbRetina))
+	}
+	slices.Sort(lags)
+	p50, p99 := durationPercentileMS(lags, 50), durationPercentileMS(lags, 99)
+	r.Printf("TPC-C: %.0f tpmC for %s with %d threads; retina applied about %d row changes (%.0f/s)", tpmC, cfg.Duration, cfg.Threads,
+		streamRows, float64(streamRows)/(cfg.Duration.Seconds()+catchUp))
+	r.Printf("lag over %d heartbeats: p50 %.1f ms, p99 %.1f ms; caught up %.2fs after TPC-C ended", len(lags), p50, p99, catchUp)
+	r.Printf("consistency conditions checked in %d snapshots, %d failures; %d tables differ", checks+1, failures, len(diffs))
+	for _, f := range failed {
+		r.Printf("inconsistent snapshot: %s", f)
+	}
+	for _, d := range diffs {
+		r.Printf("differs: %s", d)
+	}
+	r.Set("tpmC", tpmC)
+	r.Set("stream_rows_per_sec", int64(float64(streamRows)/(cfg.Duration.Seconds()+catchUp)))
+	r.Set("lag_p50_ms", p50)
+	r.Set("lag_p99_ms", p99)
+	r.Set("catch_up_s", catchUp)
+	r.Set("consistency_checks", checks+1)
+	r.Set("consistency_failures", failures)
+	r.Set("tables_differing", len(diffs))
+	r.Set("kills", kills)
+	r.Set("restart_catch_up_s", restartCatchUp)
+	if len(diffs) > 0 || failures > 0 {
+		return fmt.Errorf("%d tables differ from MariaDB's, %d inconsistent snapshots; retina's log ends:\n%s", len(diffs), failures, tailLog())
+	}
+	return nil
+}
+
+// changedRows estimates the row changes TPC-C made from MariaDB's counters
+// of rows written by statements (inserted, updated and deleted).
+func changedRows(ctx context.Context, db *sql.DB) (int64, error) {
+	rows, err := db.QueryContext(ctx, "SHOW GLOBAL STATUS WHERE Variable_name IN ('Handler_write', 'Handler_update', 'Handler_delete')")
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var total int64
+	for rows.Next() {
+		var name string
+		var n int64
+		if err := rows.Scan(&name, &n); err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, rows.Err()
+}
+
+// tpccConsistent checks TPC-C's consistency conditions in one Retina
+// snapshot (a read transaction) and names those that fail.
+func tpccConsistent(ctx context.Context, conn *pgx.Conn) ([]string, error) {
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tx, err := conn.BeginTx(qctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(context.Background())
+	var broken []string
+	for _, c := range tpccConsistency {
+		var n int64
+		if err := tx.QueryRow(qctx, c.sql).Scan(&n); err != nil {
+			return nil, fmt.Errorf("condition %s: %w", c.name, err)
+		}
+		if n != 0 {
+			broken = append(broken, fmt.Sprintf("%s fails in %d place(s)", c.name, n))
+		}
+	}
+	return broken, nil
+}
