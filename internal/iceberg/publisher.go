@@ -128,7 +128,7 @@ type Publisher struct {
 	stats   Stats
 	history []Published
 	observe func(Published) // set by Observe; guarded by mu
-	hold    func() bool      // set by HoldWhile; guarded by mu
+	hold    func() bool     // set by HoldWhile; guarded by mu
 }
 
 // HoldWhile defers publication while held returns true: a source's
