@@ -3,6 +3,7 @@ package mysql
 import (
 	"errors"
 	"fmt"
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"math"
 	"strings"
 	"testing"
@@ -77,6 +78,10 @@ func TestValues(t *testing.T) {
 		{column{Kind: kBinary, Pad: 4}, []byte{1}, "[1 0 0 0]"},
 		{column{Kind: kBit, Bits: 10}, []byte{0x02, 0xaa}, "682"},
 		{column{Kind: kFloat}, 1.2345677614212036, "1.2345677614212036"},
+		{column{Kind: kDecimal, Precision: 12, Scale: 3}, []byte("-123456789.125"), "-123456789125"},
+		{column{Kind: kDecimal, Precision: 12, Scale: 3}, []byte("0.5"), "500"},
+		{column{Kind: kDecimal, Precision: 5, Scale: 0}, "-0", "0"},
+		{column{Kind: kDecimal, Precision: 30, Scale: 2}, "1234567890123456789012.34", "123456789012345678901234"},
 	} {
 		c.col.Name = "c"
 		if err := c.col.prepare(); err != nil {
@@ -144,5 +149,47 @@ func TestResume(t *testing.T) {
 	st, _ = readResume(o2, "mariadb", map[string]int64{"mysql/retina/1/copy@gtid:0-1-10": math.MaxInt64})
 	if st.copied || !st.delivered {
 		t.Fatalf("a new copy tag: %+v", st)
+	}
+}
+
+// TestFieldFastPaths: the copy's fast paths give what the general
+// conversion gives.
+func TestFieldFastPaths(t *testing.T) {
+	for _, c := range []struct {
+		col column
+		in  string
+	}{
+		{column{Kind: kDecimal, Precision: 12, Scale: 2}, "-1234.5"},
+		{column{Kind: kDecimal, Precision: 12, Scale: 2}, "0.07"},
+		{column{Kind: kDecimal, Precision: 30, Scale: 2}, "1234567890123456789012.34"},
+		{column{Kind: kDatetime, Scale: 6}, "2024-02-29 12:34:56.123456"},
+		{column{Kind: kDatetime}, "1969-12-31 23:59:59"},
+		{column{Kind: kTimestamp, Scale: 3}, "2024-01-01 00:00:00.5"},
+		{column{Kind: kText, Charset: "utf8mb4"}, "héllo"},
+	} {
+		c.col.Name = "c"
+		if err := c.col.prepare(); err != nil {
+			t.Fatal(err)
+		}
+		var fv gomysql.FieldValue
+		r := gomysql.RowData(append([]byte{byte(len(c.in))}, c.in...))
+		vals, err := r.ParseText([]*gomysql.Field{{Type: gomysql.MYSQL_TYPE_VAR_STRING}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fv = vals[0]
+		fast, err1 := c.col.field(&fv)
+		slow, err2 := c.col.convert(c.in)
+		if err1 != nil || err2 != nil || fmt.Sprint(fast) != fmt.Sprint(slow) {
+			t.Errorf("%s as %d: fast %v (%v), general %v (%v)", c.in, c.col.Kind, fast, err1, slow, err2)
+		}
+	}
+	zero := column{Name: "z", Kind: kDatetime}
+	zero.prepare()
+	if _, ok := datetimeBytes([]byte("0000-00-00 00:00:00")); ok {
+		t.Error("a zero datetime took the fast path")
+	}
+	if _, ok := datetimeBytes([]byte("2023-02-31 00:00:00")); ok {
+		t.Error("31 February took the fast path")
 	}
 }

@@ -257,25 +257,10 @@ func (s *Source) copyTable(ctx context.Context, c *client.Conn, t *table, stream
 	sql := "SELECT " + strings.Join(cols, ", ") + " FROM " + quoteIdent(t.Database) + "." + quoteIdent(t.Name)
 	var result gomysql.Result
 	var emitErr error
-	vals := make([]any, len(t.Cols))
 	err := c.ExecuteSelectStreaming(sql, &result, func(row []gomysql.FieldValue) error {
-		for i := range row {
-			switch row[i].Type {
-			case gomysql.FieldValueTypeNull:
-				vals[i] = nil
-			case gomysql.FieldValueTypeSigned:
-				vals[i] = row[i].AsInt64()
-			case gomysql.FieldValueTypeUnsigned:
-				vals[i] = row[i].AsUint64()
-			case gomysql.FieldValueTypeFloat:
-				vals[i] = row[i].AsFloat64()
-			default:
-				vals[i] = row[i].AsString()
-			}
-		}
 		out := make([]any, len(t.retina.Schema.Columns))
-		for i, v := range vals {
-			x, err := t.Cols[i].value(v)
+		for i := range row {
+			x, err := t.Cols[i].field(&row[i])
 			if err != nil {
 				emitErr = fatal(fmt.Errorf("mysql source %s: copy of %s (Retina table %s): %w", s.opts.Display, t, t.retina.Name, err))
 				return emitErr

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"golang.org/x/text/encoding"
 	"golang.org/x/text/encoding/charmap"
 	"golang.org/x/text/encoding/japanese"
@@ -180,6 +181,127 @@ func (c *column) value(v any) (any, error) {
 	return out, nil
 }
 
+// field is value for a value of the client's text protocol, converted
+// without boxing the raw value first in the common cases (the copy's hot
+// path).
+func (c *column) field(fv *gomysql.FieldValue) (any, error) {
+	switch fv.Type {
+	case gomysql.FieldValueTypeNull:
+		return nil, nil
+	case gomysql.FieldValueTypeSigned:
+		if c.Kind == kInt && !c.Unsigned && c.Bits < 64 || c.Kind == kInt && c.Bits == 64 && !c.Unsigned {
+			return fv.AsInt64(), nil
+		}
+		return c.value(fv.AsInt64())
+	case gomysql.FieldValueTypeUnsigned:
+		return c.value(fv.AsUint64())
+	case gomysql.FieldValueTypeFloat:
+		if c.Kind == kDouble {
+			return fv.AsFloat64(), nil
+		}
+		return c.value(fv.AsFloat64())
+	}
+	b := fv.AsString()
+	switch {
+	case c.Kind == kText && c.utf8:
+		if utf8.Valid(b) {
+			return string(b), nil
+		}
+	case c.Kind == kDecimal && c.Type.Kind == types.Decimal:
+		if d, ok := decimalBytes(b, c.Precision, c.Scale); ok {
+			return d, nil
+		}
+	case c.Kind == kDatetime || c.Kind == kTimestamp:
+		if us, ok := datetimeBytes(b); ok {
+			return types.TimestampMicros(us), nil
+		}
+	}
+	return c.value(b)
+}
+
+// decimalBytes is parseDecimal's fast path over bytes: ok is false for
+// what it does not handle (the caller falls back).
+func decimalBytes(b []byte, precision, scale int) (decimal128.Num, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	var n uint64
+	digits, fracDigits, seenDot := 0, 0, false
+	for _, ch := range b {
+		switch {
+		case ch == '.' && !seenDot:
+			seenDot = true
+		case ch >= '0' && ch <= '9':
+			n = n*10 + uint64(ch-'0')
+			digits++
+			if seenDot {
+				fracDigits++
+			}
+		default:
+			return decimal128.Num{}, false
+		}
+	}
+	if digits == 0 || digits > 18 || fracDigits > scale || digits-fracDigits+scale > 18 {
+		return decimal128.Num{}, false
+	}
+	for range scale - fracDigits {
+		n *= 10
+	}
+	v := decimal128.FromU64(n)
+	if neg {
+		v = v.Negate()
+	}
+	return v, v.FitsInPrecision(int32(precision))
+}
+
+// datetimeBytes reads "YYYY-MM-DD HH:MM:SS[.ffffff]" as microseconds
+// since the epoch (UTC); ok is false for anything else, zero dates
+// included (the caller falls back, and names the error).
+func datetimeBytes(b []byte) (int64, bool) {
+	if len(b) < 19 || b[4] != '-' || b[7] != '-' || b[10] != ' ' || b[13] != ':' || b[16] != ':' {
+		return 0, false
+	}
+	num := func(s []byte) (int, bool) {
+		n := 0
+		for _, ch := range s {
+			if ch < '0' || ch > '9' {
+				return 0, false
+			}
+			n = n*10 + int(ch-'0')
+		}
+		return n, true
+	}
+	y, ok1 := num(b[0:4])
+	mo, ok2 := num(b[5:7])
+	d, ok3 := num(b[8:10])
+	h, ok4 := num(b[11:13])
+	mi, ok5 := num(b[14:16])
+	sec, ok6 := num(b[17:19])
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 59 {
+		return 0, false
+	}
+	us := 0
+	if len(b) > 19 {
+		if b[19] != '.' || len(b) > 26 || len(b) == 20 {
+			return 0, false
+		}
+		f, ok := num(b[20:])
+		if !ok {
+			return 0, false
+		}
+		for i := len(b) - 20; i < 6; i++ {
+			f *= 10
+		}
+		us = f
+	}
+	t := time.Date(y, time.Month(mo), d, h, mi, sec, 0, time.UTC)
+	if t.Day() != d { // 31 February and the like
+		return 0, false
+	}
+	return t.Unix()*1e6 + int64(us), true
+}
+
 // convert is value for every type.
 func (c *column) convert(v any) (any, error) {
 	switch c.Kind {
@@ -203,11 +325,7 @@ func (c *column) convert(v any) (any, error) {
 		if c.Type.Kind == types.String {
 			return s, nil
 		}
-		d, err := decimal128.FromString(s, int32(c.Precision), int32(c.Scale))
-		if err != nil {
-			return nil, err
-		}
-		return d, nil
+		return parseDecimal(s, c.Precision, c.Scale)
 	case kFloat, kDouble:
 		var f float64
 		switch x := v.(type) {
@@ -291,6 +409,41 @@ func (c *column) convert(v any) (any, error) {
 		return decimal128.FromU64(u), nil
 	}
 	return nil, fmt.Errorf("no mapping for this type")
+}
+
+// parseDecimal reads MySQL's text of a DECIMAL(precision, scale) value
+// exactly: digits that fit 18 places directly, longer ones through
+// decimal128's general parser.
+func parseDecimal(s string, precision, scale int) (decimal128.Num, error) {
+	body, neg := s, false
+	if len(body) > 0 && (body[0] == '-' || body[0] == '+') {
+		neg, body = body[0] == '-', body[1:]
+	}
+	whole, frac, _ := strings.Cut(body, ".")
+	if len(frac) <= scale && len(whole)+scale <= 18 && len(whole)+len(frac) > 0 {
+		var n uint64
+		for _, part := range [2]string{whole, frac} {
+			for i := 0; i < len(part); i++ {
+				d := part[i] - '0'
+				if d > 9 {
+					return decimal128.Num{}, fmt.Errorf("not a decimal")
+				}
+				n = n*10 + uint64(d)
+			}
+		}
+		for range scale - len(frac) {
+			n *= 10
+		}
+		v := decimal128.FromU64(n)
+		if neg {
+			v = v.Negate()
+		}
+		if !v.FitsInPrecision(int32(precision)) {
+			return decimal128.Num{}, fmt.Errorf("more than %d digits", precision)
+		}
+		return v, nil
+	}
+	return decimal128.FromString(s, int32(precision), int32(scale))
 }
 
 // integer reads an integer of the given width: the binlog decoder gives
