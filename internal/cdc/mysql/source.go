@@ -52,7 +52,9 @@ type Source struct {
 	// collations maps the server's collation ids to character sets.
 	collations map[uint64]string
 
-	out    chan cdc.Message
+	out    chan []cdc.Message // batches: a channel operation per message costs more than its decoding
+	batch  []cdc.Message      // being filled by the run goroutine
+	next1  []cdc.Message      // what Next has yet to return of the last batch
 	done   chan struct{}
 	err    error // why the source stopped; read after done closes
 	cancel context.CancelFunc
@@ -95,7 +97,7 @@ func Open(ctx context.Context, opts Options, cfg Config) (*Source, error) {
 		log = slog.Default()
 	}
 	s := &Source{opts: opts, cfg: cfg, log: log.With("source", opts.Display),
-		out: make(chan cdc.Message, 4096), done: make(chan struct{}), copyStarted: make(chan struct{})}
+		out: make(chan []cdc.Message, 64), done: make(chan struct{}), copyStarted: make(chan struct{})}
 	setupCtx, cancelSetup := context.WithTimeout(ctx, 30*time.Second)
 	defer cancelSetup()
 	if err := s.setup(setupCtx); err != nil {
@@ -270,24 +272,29 @@ func (s *Source) selected(name string) bool {
 }
 
 // Next returns the next message: a decoded record, or a position handled
-// without one.
+// without one. Calls are serialised by the caller.
 func (s *Source) Next(ctx context.Context) (cdc.Message, error) {
-	select {
-	case m := <-s.out:
-		return m, nil
-	case <-ctx.Done():
-		return cdc.Message{}, ctx.Err()
-	case <-s.done:
+	if len(s.next1) == 0 {
 		select {
-		case m := <-s.out:
-			return m, nil
-		default:
+		case b := <-s.out:
+			s.next1 = b
+		case <-ctx.Done():
+			return cdc.Message{}, ctx.Err()
+		case <-s.done:
+			select {
+			case b := <-s.out:
+				s.next1 = b
+			default:
+				if s.err == nil {
+					return cdc.Message{}, io.EOF
+				}
+				return cdc.Message{}, s.err
+			}
 		}
-		if s.err == nil {
-			return cdc.Message{}, io.EOF
-		}
-		return cdc.Message{}, s.err
 	}
+	m := s.next1[0]
+	s.next1 = s.next1[1:]
+	return m, nil
 }
 
 // Commit needs nothing: the server keeps no replica state; Retina's own
@@ -317,10 +324,23 @@ func (s *Source) Stats() Stats {
 	return st
 }
 
-// emit hands one message to Next.
+// batchSize bounds the messages handed to Next at once.
+const batchSize = 256
+
+// emit hands one message to Next: in a batch, sent when full or when the
+// message ends a transaction or marks a position (so nothing complete
+// waits for more).
 func (s *Source) emit(ctx context.Context, m cdc.Message) error {
+	if s.batch == nil {
+		s.batch = make([]cdc.Message, 0, batchSize)
+	}
+	s.batch = append(s.batch, m)
+	if len(s.batch) < batchSize && m.Record != nil && m.Record.Kind == cdc.Change {
+		return nil
+	}
 	select {
-	case s.out <- m:
+	case s.out <- s.batch:
+		s.batch = nil
 		s.delivered = true
 		return nil
 	case <-ctx.Done():
@@ -336,6 +356,9 @@ func (s *Source) run(ctx context.Context) {
 	for {
 		began := time.Now()
 		err := s.session(ctx)
+		// Changes of a transaction the session did not finish are read
+		// again by the next one.
+		s.batch = nil
 		if ctx.Err() != nil {
 			s.err = ctx.Err()
 			return
