@@ -401,7 +401,8 @@ func TestServeStartErrors(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"unknown source scheme", []string{"--source", "mysql://u@127.0.0.1:1/db"}, []string{"mysql://u@127.0.0.1:1/db", "unknown scheme"}},
+		{"unknown source scheme", []string{"--source", "oracle://u@127.0.0.1:1/db"}, []string{"oracle://u@127.0.0.1:1/db", "unknown scheme"}},
+		{"unreachable mysql", []string{"--source", "mysql://u:secret@127.0.0.1:1/db"}, []string{"mysql://u:xxxxx@127.0.0.1:1/db", "connection refused"}},
 		{"unreachable postgres", []string{"--source", "postgres://u:secret@127.0.0.1:1/db"}, []string{"postgres://u:xxxxx@127.0.0.1:1/db", "connection refused"}},
 		{"missing source file", []string{"--source", "file:" + filepath.Join(dir, "nope.jsonl")}, []string{"nope.jsonl", "no such file"}},
 		{"bad decimal handling", []string{"--decimal-handling", "exact"}, []string{"decimal_handling", "exact"}},

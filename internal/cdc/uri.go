@@ -20,7 +20,7 @@ import (
 func OpenURI(uri string, follow bool, resume map[string]int64) (Source, error) {
 	scheme, rest, ok := strings.Cut(uri, ":")
 	if !ok {
-		return nil, fmt.Errorf("cdc: source %q: want file:PATH, kafka://BROKERS?topics=… or postgres://USER@HOST:PORT/DB", uri)
+		return nil, fmt.Errorf("cdc: source %q: want file:PATH, kafka://BROKERS?topics=…, postgres://USER@HOST:PORT/DB or mysql://USER@HOST:PORT/DATABASE", uri)
 	}
 	switch scheme {
 	case "file":
@@ -49,5 +49,5 @@ func OpenURI(uri string, follow bool, resume map[string]int64) (Source, error) {
 		}
 		return OpenKafka(opts)
 	}
-	return nil, fmt.Errorf("cdc: source %q: unknown scheme %q (file, kafka or postgres)", uri, scheme)
+	return nil, fmt.Errorf("cdc: source %q: unknown scheme %q (file, kafka, postgres or mysql)", uri, scheme)
 }
