@@ -3,7 +3,10 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -315,5 +318,53 @@ func TestMySQLSourcePurgedPosition(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("no Iceberg publication after the copy made again")
 		}
+	}
+}
+
+// TestMySQLSourceFilePositions follows the binlog by file and offset
+// (positions=file, as on a MySQL server without GTIDs): the copy, the
+// stream across a binlog rotation, a restart that resumes at the
+// checkpointed offset, and retina_wait_mysql of SHOW MASTER STATUS.
+func TestMySQLSourceFilePositions(t *testing.T) {
+	m := startMariaDB(t)
+	myExec(t, m, "", "CREATE DATABASE f")
+	myExec(t, m, "f", "CREATE TABLE t (id int PRIMARY KEY, v varchar(10))", "INSERT INTO t SELECT seq, 'a' FROM seq_1_to_500")
+	dir, uri := t.TempDir(), m.URI("f", "positions=file")
+	caught := func(r *pgRun, retina *pgx.Conn) {
+		t.Helper()
+		st := myRows(t, m, "", "SHOW MASTER STATUS")[0]
+		var ok bool
+		if err := retina.QueryRow(context.Background(), fmt.Sprintf("SELECT retina_wait_mysql('%s:%s', 60)", st[0], st[1])).Scan(&ok); err != nil || !ok {
+			t.Fatalf("retina_wait_mysql(%s:%s): %v %v (ingestion: %v)", st[0], st[1], ok, err, r.srv.Failure())
+		}
+	}
+	queries := map[string][2]string{"t": {"SELECT id, v FROM t ORDER BY id", "SELECT id, v FROM t ORDER BY id"}}
+	r := startRetina(t, dir, uri)
+	retina := connect(t, "postgres://retina@"+r.srv.SQLAddr()+"/retina?sslmode=disable")
+	caught(r, retina)
+	myExec(t, m, "f", "UPDATE t SET v = 'b' WHERE id % 3 = 0", "FLUSH BINARY LOGS", "DELETE FROM t WHERE id > 480", "INSERT INTO t VALUES (1000, 'z')")
+	caught(r, retina)
+	sameAsMariaDB(t, m, "f", retina, queries)
+	// A wait for a GTID set is refused with what to give instead.
+	if _, err := tryTextRows(retina, "SELECT retina_wait_mysql('0-1-5', 1)"); err == nil || !strings.Contains(err.Error(), "SHOW MASTER STATUS") {
+		t.Fatalf("a GTID wait on a file-position source: %v", err)
+	}
+	// Stop (a final checkpoint), then restart while MariaDB writes.
+	r.close(t)
+	myExec(t, m, "f", "UPDATE t SET v = 'c' WHERE id < 50", "FLUSH BINARY LOGS", "INSERT INTO t VALUES (1001, 'y')")
+	r = startRetina(t, dir, uri)
+	defer r.close(t)
+	retina = connect(t, "postgres://retina@"+r.srv.SQLAddr()+"/retina?sslmode=disable")
+	caught(r, retina)
+	sameAsMariaDB(t, m, "f", retina, queries)
+	// It resumed at the checkpointed offset rather than copying again.
+	resp, err := http.Get("http://" + r.srv.HTTPAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !regexp.MustCompile(`(?m)^retina_source_snapshot_rows\{[^}]*\} 0$`).Match(body) {
+		t.Fatalf("the restart copied again:\n%s", regexp.MustCompile(`(?m)^retina_source_snapshot_rows.*$`).Find(body))
 	}
 }
