@@ -112,6 +112,9 @@ func (p consoleProvider) Collect(ctx context.Context) (console.Status, console.C
 			if !ms.SnapshotDone {
 				cs.State = console.Copying
 			}
+			if ms.Position != "" {
+				cs.Position = ms.Position // the binlog position received: a GTID set or file:offset
+			}
 			if ms.LastCommit.UnixMilli() > ing.LastSourceMS && ing.LastSourceMS > 0 {
 				cs.LagSeconds = max(0, float64(now.UnixMilli()-ing.LastSourceMS)/1000)
 			} else {

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -146,6 +147,20 @@ func TestMySQLSourceTypes(t *testing.T) {
 	}
 	if rows[3][21] != "updated" || rows[3][0] != want[0] {
 		t.Errorf("updated row: %v", rows[3])
+	}
+	// The console shows the source following, at its GTID position.
+	resp, err := http.Get("http://" + r.srv.HTTPAddr() + "/api/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Sources []struct{ Name, State, Position string }
+	}
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || len(st.Sources) != 1 || st.Sources[0].State != "following" || !strings.HasPrefix(st.Sources[0].Position, "gtid:0-1-") ||
+		!strings.HasPrefix(st.Sources[0].Name, "mysql://root@") {
+		t.Fatalf("/api/status sources: %+v %v", st.Sources, err)
 	}
 }
 
