@@ -116,15 +116,17 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// Start starts the (stopped) server on a new free port and waits until it
-// accepts connections.
+// Start starts the (stopped) server and waits until it accepts
+// connections: on a free port the first time, on the same port after Stop.
 func (s *Server) Start(ctx context.Context) error {
 	bin, err := find("mariadbd", "mysqld")
 	if err != nil {
 		return err
 	}
-	if s.Port, err = freePort(); err != nil {
-		return err
+	if s.Port == 0 {
+		if s.Port, err = freePort(); err != nil {
+			return err
+		}
 	}
 	flush := "2"
 	syncBinlog := "0"

@@ -217,6 +217,13 @@ func TestMySQLSourceSchemaAndKeyless(t *testing.T) {
 		t.Fatalf("a dropped column reads %s non-NULL values in rows updated after the drop", got[0][0])
 	}
 
+	// MariaDB restarted under Retina: the source reconnects and goes on.
+	if err := m.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	myExec(t, m, "app", "TRUNCATE TABLE later", "INSERT INTO later VALUES (3, 3.5)", "DROP TABLE gone")
 	myExec(t, m, "app", "INSERT INTO log SELECT seq % 1000, 'bulk' FROM seq_1_to_1000000")
 	myCaughtUp(t, r, m, retina)
@@ -367,6 +374,14 @@ func TestMySQLSourceFilePositions(t *testing.T) {
 	// Stop (a final checkpoint), then restart while MariaDB writes.
 	r.close(t)
 	myExec(t, m, "f", "UPDATE t SET v = 'c' WHERE id < 50", "FLUSH BINARY LOGS", "INSERT INTO t VALUES (1001, 'y')")
+	// MariaDB restarts (a new binlog file) while Retina is down.
+	if err := m.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	myExec(t, m, "f", "DELETE FROM t WHERE id = 7")
 	r = startRetina(t, dir, uri)
 	defer r.close(t)
 	retina = connect(t, "postgres://retina@"+r.srv.SQLAddr()+"/retina?sslmode=disable")
