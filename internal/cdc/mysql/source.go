@@ -76,14 +76,8 @@ type Source struct {
 	startOnce   sync.Once
 }
 
-// fatalError stops the source for good; any other session error is
-// retried with backoff.
-type fatalError struct{ err error }
-
-func (e fatalError) Error() string { return e.err.Error() }
-func (e fatalError) Unwrap() error { return e.err }
-
-func fatal(err error) error { return fatalError{err} }
+// fatal stops the source for good; any other session error is retried.
+func fatal(err error) error { return cdc.Fatal(err) }
 
 // Open checks the server's binary log settings and starts reading in the
 // background: the initial copy when the checkpoint holds no complete one,
@@ -352,36 +346,13 @@ func (s *Source) emit(ctx context.Context, m cdc.Message) error {
 // failure that is not the data's.
 func (s *Source) run(ctx context.Context) {
 	defer close(s.done)
-	backoff := 100 * time.Millisecond
-	for {
-		began := time.Now()
+	s.err = cdc.RunSessions(ctx, s.log, "mysql source", func(ctx context.Context) error {
 		err := s.session(ctx)
 		// Changes of a transaction the session did not finish are read
 		// again by the next one.
 		s.batch = nil
-		if ctx.Err() != nil {
-			s.err = ctx.Err()
-			return
-		}
-		var fe fatalError
-		if errors.As(err, &fe) {
-			s.err = fe.err
-			s.log.Error("mysql source stopped", "err", fe.err)
-			return
-		}
-		if time.Since(began) > time.Minute {
-			backoff = 100 * time.Millisecond
-		}
-		s.log.Warn("mysql replication interrupted; reconnecting", "err", err, "in", backoff)
-		s.stats.reconnects.Add(1)
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			s.err = ctx.Err()
-			return
-		}
-		backoff = min(2*backoff, 30*time.Second)
-	}
+		return err
+	}, func() { s.stats.reconnects.Add(1) })
 }
 
 // session is one replication session: the copy if due, then streaming

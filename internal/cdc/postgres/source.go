@@ -75,14 +75,8 @@ type Source struct {
 	}
 }
 
-// fatalError stops the source for good; any other session error is
-// retried with backoff.
-type fatalError struct{ err error }
-
-func (e fatalError) Error() string { return e.err.Error() }
-func (e fatalError) Unwrap() error { return e.err }
-
-func fatal(err error) error { return fatalError{err} }
+// fatal stops the source for good; any other session error is retried.
+func fatal(err error) error { return cdc.Fatal(err) }
 
 // Open checks the server (wal_level, the publication, creating it when
 // missing) and starts reading in the background: the initial copy when the
@@ -279,33 +273,7 @@ func (s *Source) emit(ctx context.Context, m cdc.Message) error {
 // failure that is not the data's.
 func (s *Source) run(ctx context.Context) {
 	defer close(s.done)
-	backoff := 100 * time.Millisecond
-	for {
-		began := time.Now()
-		err := s.session(ctx)
-		if ctx.Err() != nil {
-			s.err = ctx.Err()
-			return
-		}
-		var fe fatalError
-		if errors.As(err, &fe) {
-			s.err = fe.err
-			s.log.Error("postgres source stopped", "err", fe.err)
-			return
-		}
-		if time.Since(began) > time.Minute {
-			backoff = 100 * time.Millisecond
-		}
-		s.log.Warn("postgres replication interrupted; reconnecting", "err", err, "in", backoff)
-		s.stats.reconnects.Add(1)
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			s.err = ctx.Err()
-			return
-		}
-		backoff = min(2*backoff, 30*time.Second)
-	}
+	s.err = cdc.RunSessions(ctx, s.log, "postgres source", s.session, func() { s.stats.reconnects.Add(1) })
 }
 
 // session is one replication connection: the copy if due, then streaming
