@@ -8,10 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -164,164 +162,51 @@ func MySQL(ctx context.Context, r *Report, cfg MySQLConfig) error {
 	if rowsBefore, err = changedRows(ctx, db); err != nil {
 		return err
 	}
-	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
-	var wg sync.WaitGroup
+	// TPC-C, the heartbeat and the consistency checker run together;
+	// Retina is killed and restarted halfway.
 	var runOut string
-	var runErr error
-	wg.Go(func() {
-		runOut, runErr = gotpc(ctx, "run", "--time", cfg.Duration.String())
-		stopRun()
-	})
-	var mu sync.Mutex // guards cur, the outage and the figures below
-	cur := c
-	var outageFrom, outageTo time.Time
-	var lags []time.Duration
-	heartbeats, failures, checks := 0, 0, 0
-	var failed []string
-	retinaConn := func(ctx context.Context, conn **pgx.Conn) bool {
-		if *conn != nil {
-			return true
-		}
-		mu.Lock()
-		ch := cur
-		mu.Unlock()
-		if ch == nil || !ch.alive() {
-			return false
-		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		*conn, _ = ch.connect(cctx)
-		return *conn != nil
+	hc, err := db.Conn(ctx) // @@last_gtid is the session's
+	if err != nil {
+		return err
 	}
-	drop := func(conn **pgx.Conn) {
-		if *conn != nil {
-			(*conn).Close(context.Background())
-			*conn = nil
-		}
-	}
-	// The heartbeat commits a row, reads its GTID, then waits in Retina
-	// for it (retina_wait_mysql): the lag is from MariaDB's acknowledgement
-	// of the commit to a Retina snapshot that shows it.
-	wg.Go(func() {
-		hc, err := db.Conn(runCtx)
-		if err != nil {
-			return
-		}
-		defer hc.Close()
-		var conn *pgx.Conn
-		defer drop(&conn)
-		for id := int64(1); runCtx.Err() == nil; id++ {
-			if _, err := hc.ExecContext(runCtx, "INSERT INTO retina_heartbeat VALUES (?, now(6))", id); err != nil {
-				return
+	defer hc.Close()
+	heartbeatID := int64(0)
+	load := sourceLoad{start: start, caughtUp: caughtUp, heartbeat: cfg.Heartbeat, checkEvery: cfg.CheckEvery, tailLog: tailLog,
+		load: func(ctx context.Context) error {
+			var err error
+			runOut, err = gotpc(ctx, "run", "--time", cfg.Duration.String())
+			return err
+		},
+		// A heartbeat row, then retina_wait_mysql of its GTID.
+		beat: func(ctx context.Context) (string, error) {
+			heartbeatID++
+			if _, err := hc.ExecContext(ctx, "INSERT INTO retina_heartbeat VALUES (?, now(6))", heartbeatID); err != nil {
+				return "", err
 			}
-			acked := time.Now()
 			var gtid string
-			if err := hc.QueryRowContext(runCtx, "SELECT @@last_gtid").Scan(&gtid); err != nil {
-				return
+			if err := hc.QueryRowContext(ctx, "SELECT @@last_gtid").Scan(&gtid); err != nil {
+				return "", err
 			}
-			mu.Lock()
-			heartbeats++
-			mu.Unlock()
-			if retinaConn(runCtx, &conn) {
-				var ok bool
-				wctx, cancel := context.WithTimeout(runCtx, 10*time.Second)
-				err := conn.QueryRow(wctx, fmt.Sprintf("SELECT retina_wait_mysql('%s', 10)", gtid)).Scan(&ok)
-				cancel()
-				seen := time.Now()
-				if err != nil {
-					drop(&conn)
-				} else {
-					mu.Lock()
-					// A heartbeat committed before the restart caught up waited
-					// out the outage: that is restart_catch_up_s, not the lag.
-					if outageFrom.IsZero() || acked.Before(outageFrom) && seen.Before(outageFrom) || !outageTo.IsZero() && acked.After(outageTo) {
-						lags = append(lags, seen.Sub(acked))
-					}
-					mu.Unlock()
-				}
-			}
-			select {
-			case <-time.After(cfg.Heartbeat):
-			case <-runCtx.Done():
-			}
-		}
-	})
-	// The checker reads Retina snapshots for TPC-C's consistency
-	// conditions.
-	wg.Go(func() {
-		var conn *pgx.Conn
-		defer drop(&conn)
-		for runCtx.Err() == nil && cfg.CheckEvery > 0 {
-			select {
-			case <-time.After(cfg.CheckEvery):
-			case <-runCtx.Done():
-				return
-			}
-			if !retinaConn(runCtx, &conn) {
-				continue
-			}
-			broken, err := tpccConsistent(runCtx, conn)
-			if err != nil {
-				drop(&conn)
-				continue
-			}
-			mu.Lock()
-			checks++
-			if len(broken) > 0 {
-				failures++
-				failed = append(failed, strings.Join(broken, "; "))
-			}
-			mu.Unlock()
-		}
-	})
-	restartCatchUp := 0.0
-	kills := 0
+			return fmt.Sprintf("SELECT retina_wait_mysql('%s', 10)", gtid), nil
+		},
+		check: func(ctx context.Context, conn *pgx.Conn) (string, error) {
+			broken, err := tpccConsistent(ctx, conn)
+			return strings.Join(broken, "; "), err
+		},
+	}
 	if cfg.Kill {
-		select {
-		case <-time.After(cfg.Duration / 2):
-		case <-runCtx.Done():
-		}
-		if runCtx.Err() == nil {
-			mu.Lock()
-			outageFrom = time.Now()
-			cur.kill()
-			cur = nil
-			mu.Unlock()
-			kills++
-			retina.Close(context.Background())
-			nc, nconn, err := start()
-			if err != nil {
-				stopRun()
-				wg.Wait()
-				return fmt.Errorf("restart after the kill: %w", err)
-			}
-			mu.Lock()
-			cur, c = nc, nc
-			mu.Unlock()
-			retina = nconn
-			if err := caughtUp(retina); err != nil {
-				stopRun()
-				wg.Wait()
-				return fmt.Errorf("catch up after the kill: %w; retina's log ends:\n%s", err, tailLog())
-			}
-			mu.Lock()
-			outageTo = time.Now()
-			restartCatchUp = outageTo.Sub(outageFrom).Seconds()
-			mu.Unlock()
-			r.Printf("killed retina (SIGKILL) halfway; restarted and caught up in %.2fs", restartCatchUp)
-		}
+		load.killAfter = cfg.Duration / 2
 	}
-	<-runCtx.Done()
-	ended := time.Now()
-	wg.Wait()
-	if runErr != nil {
-		return runErr
+	res, cur, retinaNow, err := load.run(ctx, r, c, retina)
+	if cur != nil {
+		c = cur
 	}
-	if err := caughtUp(retina); err != nil {
-		return fmt.Errorf("catch up after TPC-C: %w", err)
+	if err != nil {
+		return err
 	}
-	catchUp := time.Since(ended).Seconds()
+	retina = retinaNow
+	heartbeats, checks, failed, kills, restartCatchUp, catchUp, lags := res.heartbeats, res.checks, res.failed, res.kills, res.restartCatchUp, res.catchUpSecs, res.lags
+	failures := len(failed)
 	tpmC, _, err := parseGoTPC(runOut)
 	if err != nil {
 		return err
@@ -353,7 +238,6 @@ func MySQL(ctx context.Context, r *Report, cfg MySQLConfig) error {
 	if hbStore != hbRetina {
 		diffs = append(diffs, fmt.Sprintf("retina_heartbeat count(*): MariaDB %d, Retina %d", hbStore, hbRetina))
 	}
-	slices.Sort(lags)
 	p50, p99 := durationPercentileMS(lags, 50), durationPercentileMS(lags, 99)
 	r.Printf("TPC-C: %.0f tpmC for %s with %d threads; retina applied about %d row changes (%.0f/s)", tpmC, cfg.Duration, cfg.Threads,
 		streamRows, float64(streamRows)/(cfg.Duration.Seconds()+catchUp))

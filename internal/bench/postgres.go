@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -137,166 +136,55 @@ func Postgres(ctx context.Context, r *Report, cfg PostgresConfig) error {
 	r.Set("snapshot_rows", copyRows)
 	r.Set("snapshot_rows_per_sec", int64(float64(copyRows)/copySecs))
 
-	// pgbench, the heartbeat, the lag prober and the invariant checker run
-	// together; the main goroutine kills and restarts Retina halfway.
-	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
-	var wg sync.WaitGroup
+	// pgbench, the heartbeat and the invariant checker run together;
+	// Retina is killed and restarted halfway.
 	var pgbenchOut []byte
-	var pgbenchErr error
-	wg.Go(func() {
-		pgbenchOut, pgbenchErr = cl.Run(ctx, "postgres", "pgbench", "-n", "-c", strconv.Itoa(cfg.Clients), "-j", "2",
-			"-T", strconv.Itoa(int(cfg.Duration.Seconds())))
-		stopRun()
-	})
-	var mu sync.Mutex // guards cur, the outage and the figures below
-	cur := c
-	var outageFrom, outageTo time.Time
-	var lags []time.Duration
-	heartbeats, invariantFailures, checks := 0, 0, 0
-	// retinaConn keeps a connection to whichever Retina process runs.
-	retinaConn := func(ctx context.Context, conn **pgx.Conn) bool {
-		if *conn != nil {
-			return true
-		}
-		mu.Lock()
-		ch := cur
-		mu.Unlock()
-		if ch == nil || !ch.alive() {
-			return false
-		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		*conn, _ = ch.connect(cctx)
-		return *conn != nil
+	hpg, err := pgx.Connect(ctx, cl.DSN("postgres"))
+	if err != nil {
+		return err
 	}
-	drop := func(conn **pgx.Conn) {
-		if *conn != nil {
-			(*conn).Close(context.Background())
-			*conn = nil
-		}
-	}
-	// The heartbeat commits a row, then waits in Retina for the commit
-	// (retina_wait_lsn): the lag is from PostgreSQL's acknowledgement of the
-	// commit to a Retina snapshot that shows it.
-	wg.Go(func() {
-		hpg, err := pgx.Connect(runCtx, cl.DSN("postgres"))
-		if err != nil {
-			return
-		}
-		defer hpg.Close(context.Background())
-		var conn *pgx.Conn
-		defer drop(&conn)
-		for id := int64(1); runCtx.Err() == nil; id++ {
-			if _, err := hpg.Exec(runCtx, "INSERT INTO retina_heartbeat VALUES ($1, clock_timestamp())", id); err != nil {
-				return
+	defer hpg.Close(context.Background())
+	heartbeatID := int64(0)
+	load := sourceLoad{start: start, caughtUp: waitLSN, heartbeat: cfg.Heartbeat, checkEvery: cfg.CheckEvery, tailLog: tailLog,
+		load: func(ctx context.Context) error {
+			var err error
+			pgbenchOut, err = cl.Run(ctx, "postgres", "pgbench", "-n", "-c", strconv.Itoa(cfg.Clients), "-j", "2",
+				"-T", strconv.Itoa(int(cfg.Duration.Seconds())))
+			return err
+		},
+		// A heartbeat row, then retina_wait_lsn of the WAL position after
+		// its commit.
+		beat: func(ctx context.Context) (string, error) {
+			heartbeatID++
+			if _, err := hpg.Exec(ctx, "INSERT INTO retina_heartbeat VALUES ($1, clock_timestamp())", heartbeatID); err != nil {
+				return "", err
 			}
-			acked := time.Now()
-			// After the commit, the WAL position is past its commit record.
 			var lsn string
-			if err := hpg.QueryRow(runCtx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
-				return
+			if err := hpg.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+				return "", err
 			}
-			mu.Lock()
-			heartbeats++
-			mu.Unlock()
-			if retinaConn(runCtx, &conn) {
-				var ok bool
-				wctx, cancel := context.WithTimeout(runCtx, 10*time.Second)
-				err := conn.QueryRow(wctx, fmt.Sprintf("SELECT retina_wait_lsn('%s', 10)", lsn)).Scan(&ok)
-				cancel()
-				seen := time.Now()
-				if err != nil {
-					drop(&conn)
-				} else {
-					mu.Lock()
-					// A heartbeat committed before the restart caught up waited
-					// out the outage: that is restart_catch_up_s, not the lag.
-					if outageFrom.IsZero() || acked.Before(outageFrom) && seen.Before(outageFrom) || !outageTo.IsZero() && acked.After(outageTo) {
-						lags = append(lags, seen.Sub(acked))
-					}
-					mu.Unlock()
-				}
+			return fmt.Sprintf("SELECT retina_wait_lsn('%s', 10)", lsn), nil
+		},
+		check: func(ctx context.Context, conn *pgx.Conn) (string, error) {
+			ok, err := pgbenchInvariant(ctx, conn)
+			if err != nil || ok {
+				return "", err
 			}
-			select {
-			case <-time.After(cfg.Heartbeat):
-			case <-runCtx.Done():
-			}
-		}
-	})
-	// The checker samples Retina snapshots for pgbench's invariant.
-	wg.Go(func() {
-		var conn *pgx.Conn
-		defer drop(&conn)
-		for runCtx.Err() == nil && cfg.CheckEvery > 0 {
-			select {
-			case <-time.After(cfg.CheckEvery):
-			case <-runCtx.Done():
-				return
-			}
-			if !retinaConn(runCtx, &conn) {
-				continue
-			}
-			ok, err := pgbenchInvariant(runCtx, conn)
-			if err != nil {
-				drop(&conn)
-				continue
-			}
-			mu.Lock()
-			checks++
-			if !ok {
-				invariantFailures++
-			}
-			mu.Unlock()
-		}
-	})
-	restartCatchUp := 0.0
-	kills := 0
+			return "the balances disagree", nil
+		},
+	}
 	if cfg.Kill {
-		select {
-		case <-time.After(cfg.Duration / 2):
-		case <-runCtx.Done():
-		}
-		if runCtx.Err() == nil {
-			mu.Lock()
-			outageFrom = time.Now()
-			cur.kill()
-			cur = nil
-			mu.Unlock()
-			kills++
-			retina.Close(context.Background())
-			nc, nconn, err := start()
-			if err != nil {
-				stopRun()
-				wg.Wait()
-				return fmt.Errorf("restart after the kill: %w", err)
-			}
-			mu.Lock()
-			cur, c = nc, nc
-			mu.Unlock()
-			retina = nconn
-			if err := waitLSN(retina); err != nil {
-				stopRun()
-				wg.Wait()
-				return fmt.Errorf("catch up after the kill: %w; retina's log ends:\n%s", err, tailLog())
-			}
-			mu.Lock()
-			outageTo = time.Now()
-			restartCatchUp = outageTo.Sub(outageFrom).Seconds()
-			mu.Unlock()
-			r.Printf("killed retina (SIGKILL) halfway; restarted and caught up in %.2fs", restartCatchUp)
-		}
+		load.killAfter = cfg.Duration / 2
 	}
-	<-runCtx.Done()
-	ended := time.Now()
-	wg.Wait()
-	if pgbenchErr != nil {
-		return pgbenchErr
+	res, cur, retinaNow, err := load.run(ctx, r, c, retina)
+	if cur != nil {
+		c = cur
 	}
-	if err := waitLSN(retina); err != nil {
-		return fmt.Errorf("catch up after pgbench: %w", err)
+	if err != nil {
+		return err
 	}
-	catchUp := time.Since(ended).Seconds()
+	retina = retinaNow
+	heartbeats, checks, invariantFailures, kills, restartCatchUp, catchUp, lags := res.heartbeats, res.checks, len(res.failed), res.kills, res.restartCatchUp, res.catchUpSecs, res.lags
 	tps := 0.0
 	if m := regexp.MustCompile(`tps = ([0-9.]+)`).FindSubmatch(pgbenchOut); m != nil {
 		tps, _ = strconv.ParseFloat(string(m[1]), 64)
@@ -330,7 +218,6 @@ func Postgres(ctx context.Context, r *Report, cfg PostgresConfig) error {
 			break
 		}
 	}
-	slices.Sort(lags)
 	p50, p99 := durationPercentileMS(lags, 50), durationPercentileMS(lags, 99)
 	r.Printf("pgbench: %.0f tps for %s with %d clients; retina applied %d row changes (%.0f/s)", tps, cfg.Duration, cfg.Clients,
 		streamRows, float64(streamRows)/(cfg.Duration.Seconds()+catchUp))
