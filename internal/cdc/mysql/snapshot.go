@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
@@ -42,7 +41,6 @@ func (s *Source) snapshot(ctx context.Context) error {
 			return fmt.Errorf("mysql source %s: %s: %w", s.opts.Display, set, err)
 		}
 	}
-	began := time.Now()
 	start, err := s.beginSnapshot(ctx, c)
 	if err != nil {
 		return err
@@ -75,24 +73,20 @@ func (s *Source) snapshot(ctx context.Context) error {
 		estimate += n
 		tables = append(tables, t)
 	}
-	s.stats.tables.Store(int64(len(tables)))
-	s.stats.tablesDone.Store(0)
-	s.stats.rows.Store(0)
-	s.stats.rowsEstimate.Store(estimate)
+	s.stats.copy.Start(int64(len(tables)), estimate)
 	stream := prefix(s.opts) + "/copy@" + start.String()
 	s.setCopyStream(stream)
 	if s.delivered || s.start.delivered {
-		if err := s.truncateAll(ctx, stream, tables); err != nil {
+		if err := s.truncateAll(ctx, stream, "mysql-recopy@"+stream, tables); err != nil {
 			return err
 		}
 	}
 	off := int64(1)
-	p := progress{s: s, began: began, last: began}
 	for _, t := range tables {
-		if err := s.copyTable(ctx, c, t, stream, &off, &p); err != nil {
+		if err := s.copyTable(ctx, c, t, stream, &off); err != nil {
 			return err
 		}
-		s.stats.tablesDone.Add(1)
+		s.stats.copy.TablesDone.Add(1)
 	}
 	if _, err := c.Execute("COMMIT"); err != nil {
 		return fmt.Errorf("mysql source %s: end the copy: %w", s.opts.Display, err)
@@ -101,9 +95,7 @@ func (s *Source) snapshot(ctx context.Context) error {
 		return err
 	}
 	s.copied, s.next = true, start
-	s.stats.copyDone.Store(true)
-	n := s.stats.rows.Load()
-	secs := time.Since(began).Seconds()
+	n, secs := s.stats.copy.Finished()
 	s.log.Info("initial copy done", "tables", len(tables), "rows", n, "seconds", fmt.Sprintf("%.1f", secs),
 		"rows_per_sec", int64(float64(n)/max(secs, 1e-3)), "stream_from", start.String())
 	return nil
@@ -208,37 +200,17 @@ func (s *Source) beginSnapshot(ctx context.Context, c *client.Conn) (position, e
 
 // truncateAll empties the tables before a copy that replaces an earlier,
 // unfinished one: one transaction, at offset 0 of the copy's stream.
-func (s *Source) truncateAll(ctx context.Context, stream string, tables []*table) error {
-	pos := cdc.Position{Stream: stream, Offset: 0}
-	id := "mysql-recopy@" + stream
-	per := map[string]int64{}
+func (s *Source) truncateAll(ctx context.Context, stream, id string, tables []*table) error {
+	names := make([]string, len(tables))
 	for i, t := range tables {
-		per[t.retina.Name]++
-		if err := s.emit(ctx, record(pos, cdc.Record{Kind: cdc.Change, Table: t.retina.Name, Op: cdc.OpTruncate, TxID: id, TotalOrder: int64(i)})); err != nil {
+		names[i] = t.retina.Name
+	}
+	for _, r := range cdc.TruncateAll(cdc.Position{Stream: stream}, id, names) {
+		if err := s.emit(ctx, record(r.Pos, r)); err != nil {
 			return err
 		}
 	}
-	return s.emit(ctx, record(pos, cdc.Record{Kind: cdc.End, TxID: id, EventCount: int64(len(tables)), PerTable: per}))
-}
-
-// progress logs the copy's progress every few seconds.
-type progress struct {
-	s           *Source
-	began, last time.Time
-}
-
-func (p *progress) tick(t *table) {
-	if time.Since(p.last) < 5*time.Second {
-		return
-	}
-	p.last = time.Now()
-	st := p.s.Stats()
-	rate := float64(st.SnapshotRows) / time.Since(p.began).Seconds()
-	args := []any{"table", t.String(), "tables_done", st.SnapshotTablesDone, "tables", st.SnapshotTables, "rows", st.SnapshotRows, "rows_per_sec", int64(rate)}
-	if left := st.SnapshotRowsEstimate - st.SnapshotRows; left > 0 && rate > 0 {
-		args = append(args, "eta", (time.Duration(float64(left)/rate) * time.Second).Round(time.Second))
-	}
-	p.s.log.Info("initial copy", args...)
+	return nil
 }
 
 func quoteIdent(name string) string { return "`" + strings.ReplaceAll(name, "`", "``") + "`" }
@@ -246,7 +218,7 @@ func quoteIdent(name string) string { return "`" + strings.ReplaceAll(name, "`",
 // copyTable streams one table's rows and delivers each as a snapshot read.
 // FLOAT is read as DOUBLE: the text protocol prints it rounded to six
 // digits, DOUBLE keeps the stored single-precision value exactly.
-func (s *Source) copyTable(ctx context.Context, c *client.Conn, t *table, stream string, off *int64, p *progress) error {
+func (s *Source) copyTable(ctx context.Context, c *client.Conn, t *table, stream string, off *int64) error {
 	cols := make([]string, len(t.Cols))
 	for i, col := range t.Cols {
 		cols[i] = quoteIdent(col.Name)
@@ -275,8 +247,7 @@ func (s *Source) copyTable(ctx context.Context, c *client.Conn, t *table, stream
 			return err
 		}
 		*off++
-		s.stats.rows.Add(1)
-		p.tick(t)
+		s.stats.copy.Row(s.log, t.String())
 		return nil
 	}, nil)
 	if emitErr != nil {

@@ -66,10 +66,10 @@ type Source struct {
 	delivered bool     // anything was delivered in this process
 
 	stats struct {
-		tables, tablesDone, rows, rowsEstimate, reconnects, txns atomic.Int64
-		copyDone                                                 atomic.Bool
-		lastCommit                                               atomic.Int64
-		position                                                 atomic.Value // string
+		copy             cdc.CopyProgress
+		reconnects, txns atomic.Int64
+		lastCommit       atomic.Int64
+		position         atomic.Value // string
 	}
 	copyStream  atomic.Value  // string: the stream of the copy streaming follows
 	copyStarted chan struct{} // closed once copyStream is set
@@ -237,7 +237,7 @@ func (s *Source) setup(ctx context.Context) error {
 	s.next = s.start.start
 	if s.start.copied {
 		s.setCopyStream(s.start.copyStream)
-		s.stats.copyDone.Store(true)
+		s.stats.copy.Done.Store(true)
 	}
 	if s.start.copied && s.gtid != (s.next.gtid != nil) {
 		return fmt.Errorf("mysql source %s: the checkpoint holds %s positions and the server now gives %s: set positions= back, or copy every table again with a new copy=TAG",
@@ -308,9 +308,9 @@ func (s *Source) Close() error {
 
 // Stats returns the source's progress.
 func (s *Source) Stats() Stats {
-	st := Stats{SnapshotTables: s.stats.tables.Load(), SnapshotTablesDone: s.stats.tablesDone.Load(),
-		SnapshotRows: s.stats.rows.Load(), SnapshotRowsEstimate: s.stats.rowsEstimate.Load(),
-		SnapshotDone: s.stats.copyDone.Load(), Transactions: s.stats.txns.Load(), Reconnects: s.stats.reconnects.Load()}
+	st := Stats{SnapshotTables: s.stats.copy.Tables.Load(), SnapshotTablesDone: s.stats.copy.TablesDone.Load(),
+		SnapshotRows: s.stats.copy.Rows.Load(), SnapshotRowsEstimate: s.stats.copy.RowsEstimate.Load(),
+		SnapshotDone: s.stats.copy.Done.Load(), Transactions: s.stats.txns.Load(), Reconnects: s.stats.reconnects.Load()}
 	if us := s.stats.lastCommit.Load(); us != 0 {
 		st.LastCommit = time.UnixMicro(us)
 	}

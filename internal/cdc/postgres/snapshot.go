@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -55,26 +54,21 @@ func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, rc *pgconn.PgConn
 			estimate += int64(n)
 		}
 	}
-	s.stats.tables.Store(int64(len(tables)))
-	s.stats.tablesDone.Store(0)
-	s.stats.rows.Store(0)
-	s.stats.rowsEstimate.Store(estimate)
+	s.stats.copy.Start(int64(len(tables)), estimate)
 	stream := snapshotStream(s.opts.Slot, consistent)
 	s.copyStream.Store(stream)
 	if s.delivered || s.start.delivered {
-		if err := s.truncateAll(ctx, stream, consistent, tables); err != nil {
+		if err := s.truncateAll(ctx, stream, "postgres-recopy@"+consistent.String(), tables); err != nil {
 			return err
 		}
 	}
-	began := time.Now()
-	p := progress{s: s, began: began, last: began}
 	off := int64(1)
 	tm := newTypeMap()
 	for _, t := range tables {
-		if err := s.copyTable(ctx, tx, tm, t, stream, &off, &p); err != nil {
+		if err := s.copyTable(ctx, tx, tm, t, stream, &off); err != nil {
 			return err
 		}
-		s.stats.tablesDone.Add(1)
+		s.stats.copy.TablesDone.Add(1)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("postgres source %s: end the copy: %w", s.opts.Display, err)
@@ -90,9 +84,7 @@ func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, rc *pgconn.PgConn
 		return err
 	}
 	s.copied, s.next = true, consistent
-	s.stats.copyDone.Store(true)
-	rows := s.stats.rows.Load()
-	secs := time.Since(began).Seconds()
+	rows, secs := s.stats.copy.Finished()
 	s.log.Info("initial copy done", "tables", len(tables), "rows", rows, "seconds", fmt.Sprintf("%.1f", secs),
 		"rows_per_sec", int64(float64(rows)/max(secs, 1e-3)), "stream_from", consistent.String())
 	return nil
@@ -100,42 +92,22 @@ func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, rc *pgconn.PgConn
 
 // truncateAll empties the tables before a copy that replaces an earlier,
 // unfinished one: one transaction, at offset 0 of the copy's stream.
-func (s *Source) truncateAll(ctx context.Context, stream string, consistent pglogrepl.LSN, tables []*table) error {
-	pos := cdc.Position{Stream: stream, Offset: 0}
-	id := "postgres-recopy@" + consistent.String()
-	per := map[string]int64{}
+func (s *Source) truncateAll(ctx context.Context, stream, id string, tables []*table) error {
+	names := make([]string, len(tables))
 	for i, t := range tables {
-		per[t.retina.Name]++
-		if err := s.emit(ctx, record(pos, cdc.Record{Kind: cdc.Change, Table: t.retina.Name, Op: cdc.OpTruncate, TxID: id, TotalOrder: int64(i)})); err != nil {
+		names[i] = t.retina.Name
+	}
+	for _, r := range cdc.TruncateAll(cdc.Position{Stream: stream}, id, names) {
+		if err := s.emit(ctx, record(r.Pos, r)); err != nil {
 			return err
 		}
 	}
-	return s.emit(ctx, record(pos, cdc.Record{Kind: cdc.End, TxID: id, EventCount: int64(len(tables)), PerTable: per}))
-}
-
-// progress logs the copy's progress every few seconds.
-type progress struct {
-	s           *Source
-	began, last time.Time
-}
-
-func (p *progress) tick(t *table) {
-	if time.Since(p.last) < 5*time.Second {
-		return
-	}
-	p.last = time.Now()
-	st := p.s.Stats()
-	rate := float64(st.SnapshotRows) / time.Since(p.began).Seconds()
-	args := []any{"table", t.String(), "tables_done", st.SnapshotTablesDone, "tables", st.SnapshotTables, "rows", st.SnapshotRows, "rows_per_sec", int64(rate)}
-	if left := st.SnapshotRowsEstimate - st.SnapshotRows; left > 0 && rate > 0 {
-		args = append(args, "eta", (time.Duration(float64(left)/rate) * time.Second).Round(time.Second))
-	}
-	p.s.log.Info("initial copy", args...)
+	return nil
 }
 
 // copyTable streams one table with COPY … TO STDOUT (text format) and
 // delivers each row as a snapshot read.
-func (s *Source) copyTable(ctx context.Context, tx pgx.Tx, tm typeMap, t *table, stream string, off *int64, p *progress) error {
+func (s *Source) copyTable(ctx context.Context, tx pgx.Tx, tm typeMap, t *table, stream string, off *int64) error {
 	cols := make([]string, len(t.Cols))
 	for i, c := range t.Cols {
 		cols[i] = pgx.Identifier{c.Name}.Sanitize()
@@ -197,8 +169,7 @@ func (s *Source) copyTable(ctx context.Context, tx pgx.Tx, tm typeMap, t *table,
 			return err
 		}
 		*off++
-		s.stats.rows.Add(1)
-		p.tick(t)
+		s.stats.copy.Row(s.log, t.String())
 	}
 	waited = true
 	if err := <-copied; err != nil {

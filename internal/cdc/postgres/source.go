@@ -68,10 +68,10 @@ type Source struct {
 	confirmed  atomic.Uint64 // set by Commit, sent by the run goroutine
 	copyStream atomic.Value  // string: the stream of this process's copy
 	stats      struct {
-		tables, tablesDone, rows, rowsEstimate, reconnects atomic.Int64
-		copyDone                                           atomic.Bool
-		walEnd, received                                   atomic.Uint64
-		lastCommit, slotRetained, slotChecked              atomic.Int64
+		copy                                  cdc.CopyProgress
+		reconnects                            atomic.Int64
+		walEnd, received                      atomic.Uint64
+		lastCommit, slotRetained, slotChecked atomic.Int64
 	}
 }
 
@@ -95,7 +95,7 @@ func Open(ctx context.Context, opts Options, cfg Config) (*Source, error) {
 	s.next = s.start.streamFrom
 	if s.start.copied {
 		s.confirmed.Store(uint64(s.start.streamFrom))
-		s.stats.copyDone.Store(true) // an earlier run's copy, complete
+		s.stats.copy.Done.Store(true) // an earlier run's copy, complete
 	}
 	setupCtx, cancelSetup := context.WithTimeout(ctx, 30*time.Second)
 	defer cancelSetup()
@@ -245,9 +245,9 @@ func (s *Source) Close() error {
 
 // Stats returns the source's progress.
 func (s *Source) Stats() Stats {
-	st := Stats{SnapshotTables: s.stats.tables.Load(), SnapshotTablesDone: s.stats.tablesDone.Load(),
-		SnapshotRows: s.stats.rows.Load(), SnapshotRowsEstimate: s.stats.rowsEstimate.Load(),
-		SnapshotDone: s.stats.copyDone.Load(), ServerWALEnd: s.stats.walEnd.Load(), Received: s.stats.received.Load(),
+	st := Stats{SnapshotTables: s.stats.copy.Tables.Load(), SnapshotTablesDone: s.stats.copy.TablesDone.Load(),
+		SnapshotRows: s.stats.copy.Rows.Load(), SnapshotRowsEstimate: s.stats.copy.RowsEstimate.Load(),
+		SnapshotDone: s.stats.copy.Done.Load(), ServerWALEnd: s.stats.walEnd.Load(), Received: s.stats.received.Load(),
 		Confirmed: s.confirmed.Load(), Reconnects: s.stats.reconnects.Load()}
 	if us := s.stats.lastCommit.Load(); us != 0 {
 		st.LastCommit = time.UnixMicro(us)
