@@ -51,3 +51,19 @@ func OpenURI(uri string, follow bool, resume map[string]int64) (Source, error) {
 	}
 	return nil, fmt.Errorf("cdc: source %q: unknown scheme %q (file, kafka, postgres or mysql)", uri, scheme)
 }
+
+// RedactURL prints a database URI without its password (the user's, or a
+// password parameter), for names kept on disk and in logs.
+func RedactURL(u *url.URL) string {
+	c := *u
+	if c.User != nil {
+		if _, has := c.User.Password(); has {
+			c.User = url.UserPassword(c.User.Username(), "xxxxx")
+		}
+	}
+	if q := c.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		c.RawQuery = q.Encode()
+	}
+	return c.String()
+}

@@ -12,10 +12,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"net/url"
 	"regexp"
 	"strings"
+
+	"github.com/retinadb/retina/internal/cdc"
 )
 
 // Options is a parsed source URI.
@@ -132,27 +135,14 @@ func ParseURI(uri string) (Options, error) {
 // defaultServerID derives a replica id from the source's name (FNV-1a),
 // kept away from the small ids servers are usually given.
 func defaultServerID(name string) uint32 {
-	h := uint32(2166136261)
-	for i := 0; i < len(name); i++ {
-		h ^= uint32(name[i])
-		h *= 16777619
-	}
-	return 1<<30 | h&(1<<30-1)
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return 1<<30 | h.Sum32()&(1<<30-1)
 }
 
 // IsURI tells whether uri is for this source.
 func IsURI(uri string) bool {
 	return strings.HasPrefix(uri, "mysql://") || strings.HasPrefix(uri, "mariadb://")
-}
-
-// Redact returns uri without its password; an unparsable uri comes back
-// unchanged.
-func Redact(uri string) string {
-	u, err := url.Parse(uri)
-	if err != nil {
-		return uri
-	}
-	return redact(u)
 }
 
 // Name is how Retina's checkpoints know the source: its URI without the
@@ -170,12 +160,4 @@ func Name(uri string) string {
 	return redact(u)
 }
 
-func redact(u *url.URL) string {
-	c := *u
-	if c.User != nil {
-		if _, has := c.User.Password(); has {
-			c.User = url.UserPassword(c.User.Username(), "xxxxx")
-		}
-	}
-	return c.String()
-}
+func redact(u *url.URL) string { return cdc.RedactURL(u) }

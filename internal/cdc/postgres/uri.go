@@ -16,6 +16,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/retinadb/retina/internal/cdc"
 )
 
 // Options is a parsed source URI.
@@ -102,16 +104,4 @@ func Redact(uri string) string {
 	return redact(u)
 }
 
-func redact(u *url.URL) string {
-	c := *u
-	if c.User != nil {
-		if _, has := c.User.Password(); has {
-			c.User = url.UserPassword(c.User.Username(), "xxxxx")
-		}
-	}
-	if q := c.Query(); q.Has("password") {
-		q.Set("password", "xxxxx")
-		c.RawQuery = q.Encode()
-	}
-	return c.String()
-}
+func redact(u *url.URL) string { return cdc.RedactURL(u) }
