@@ -22,11 +22,14 @@ const markEvery = time.Second
 // openTxn is the source transaction being received.
 type openTxn struct {
 	id       string
-	pos      cdc.Position // where its changes sit
-	gtidPos  bool         // pos is a GTID stream's: the end sits there too
-	gtid     string       // its GTID, when there is one
-	filePos  string       // FILE:OFFSET of its first event
-	startPos int64        // packed binlog file offset of its first event
+	pos      cdc.Position        // where its changes sit
+	gtidPos  bool                // pos is a GTID stream's: the end sits there too
+	gtid     string              // its GTID, when there is one
+	filePos  string              // FILE:OFFSET of its first event
+	mariadb  gomysql.MariadbGTID // its GTID on MariaDB
+	sid      uuid.UUID           // and on MySQL
+	gno      int64
+	startPos int64 // packed binlog file offset of its first event
 	commitMS int64
 	n        int64
 	perTable map[string]int64
@@ -85,6 +88,7 @@ func (s *Source) stream(ctx context.Context) error {
 			}
 		}
 	}
+	defer st.nextSet()
 	for {
 		ev, err := bs.GetEvent(ctx)
 		if err != nil {
@@ -134,7 +138,7 @@ func (st *streamer) handle(ctx context.Context, ev *replication.BinlogEvent) err
 	case *replication.MariadbGTIDEvent:
 		g := e.GTID
 		tx := st.begin(h, start)
-		tx.id, tx.gtid = g.String(), g.String()
+		tx.id, tx.gtid, tx.mariadb = g.String(), g.String(), g
 		if s.gtid {
 			tx.pos, tx.gtidPos = cdc.Position{Stream: fmt.Sprintf("%s/gtid/%d-%d", prefix(s.opts), g.DomainID, g.ServerID), Offset: int64(g.SequenceNumber)}, true
 		}
@@ -146,7 +150,7 @@ func (st *streamer) handle(ctx context.Context, ev *replication.BinlogEvent) err
 		}
 		tx := st.begin(h, start)
 		tx.id = fmt.Sprintf("%s:%d", sid, e.GNO)
-		tx.gtid = tx.id
+		tx.gtid, tx.sid, tx.gno = tx.id, sid, e.GNO
 		if e.OriginalCommitTimestamp > 0 {
 			tx.commitMS = int64(e.OriginalCommitTimestamp / 1000)
 		}
@@ -270,26 +274,33 @@ func (st *streamer) advance(tx *openTxn, h *replication.EventHeader) {
 	switch {
 	case !s.gtid:
 		s.next.file, s.next.offset = st.file, h.LogPos
+		s.stats.position.Store(s.next.String())
 	case s.flavor == gomysql.MariaDBFlavor:
-		g, err := gomysql.ParseMariadbGTID(tx.gtid)
-		if err == nil {
-			st.domains[g.DomainID] = *g
-			parts := make([]string, 0, len(st.domains))
-			for _, d := range st.domains {
-				parts = append(parts, d.String())
-			}
-			if set, err := gomysql.ParseMariadbGTIDSet(strings.Join(parts, ",")); err == nil {
-				s.next.gtid = set
-			}
-		}
+		// The set is made from the domains when a session ends (nextSet).
+		st.domains[tx.mariadb.DomainID] = tx.mariadb
+		s.stats.position.Store("gtid:" + tx.gtid)
 	default:
 		if set, ok := s.next.gtid.(*gomysql.MysqlGTIDSet); ok {
-			set.Update(tx.gtid)
+			set.AddGTID(tx.sid, tx.gno)
 		}
+		s.stats.position.Store("gtid:" + tx.gtid)
 	}
 	s.stats.txns.Add(1)
 	s.stats.lastCommit.Store(tx.commitMS * 1000)
-	s.stats.position.Store(s.next.String())
+}
+
+// nextSet makes the MariaDB GTID set streaming resumes at from the newest
+// GTID delivered per domain.
+func (st *streamer) nextSet() {
+	s := st.s
+	if !s.gtid || s.flavor != gomysql.MariaDBFlavor || len(st.domains) == 0 {
+		return
+	}
+	set := &gomysql.MariadbGTIDSet{Sets: map[uint32]map[uint32]*gomysql.MariadbGTID{}}
+	for d, g := range st.domains {
+		set.Sets[d] = map[uint32]*gomysql.MariadbGTID{g.ServerID: g.Clone()}
+	}
+	s.next.gtid = set
 }
 
 // tableMap binds a table map event's table when the source reads it.
@@ -360,6 +371,11 @@ func (st *streamer) rows(ctx context.Context, et replication.EventType, e *repli
 			return fatal(fmt.Errorf("mysql source %s: at %s: a row of %s lacks columns: set binlog_row_image = FULL", s.opts.Display, st.where(), t))
 		}
 	}
+	if e.Type() != replication.EnumRowsEventTypeInsert && t.keyless() {
+		if err := st.keylessFindable(t, e.Type().String()); err != nil {
+			return err
+		}
+	}
 	switch e.Type() {
 	case replication.EnumRowsEventTypeInsert:
 		for _, r := range e.Rows {
@@ -387,16 +403,7 @@ func (st *streamer) rows(ctx context.Context, et replication.EventType, e *repli
 			if err != nil {
 				return err
 			}
-			r := cdc.Record{Op: cdc.OpUpdate, Before: old, After: row}
-			if t.keyless() {
-				if err := st.keylessFindable(t, "update"); err != nil {
-					return err
-				}
-				r.Unmatched = t.absent
-			} else {
-				r.Key = pick(old, t.keyPos)
-			}
-			if err := st.change(ctx, t, r); err != nil {
+			if err := st.change(ctx, t, identified(t, cdc.Record{Op: cdc.OpUpdate, Before: old, After: row})); err != nil {
 				return err
 			}
 		}
@@ -406,16 +413,7 @@ func (st *streamer) rows(ctx context.Context, et replication.EventType, e *repli
 			if err != nil {
 				return err
 			}
-			r := cdc.Record{Op: cdc.OpDelete, Before: old}
-			if t.keyless() {
-				if err := st.keylessFindable(t, "delete"); err != nil {
-					return err
-				}
-				r.Unmatched = t.absent
-			} else {
-				r.Key = pick(old, t.keyPos)
-			}
-			if err := st.change(ctx, t, r); err != nil {
+			if err := st.change(ctx, t, identified(t, cdc.Record{Op: cdc.OpDelete, Before: old})); err != nil {
 				return err
 			}
 		}
@@ -423,6 +421,17 @@ func (st *streamer) rows(ctx context.Context, et replication.EventType, e *repli
 		return fatal(fmt.Errorf("mysql source %s: at %s: rows event %s of %s, which Retina does not read (binlog_row_value_options = PARTIAL_JSON is not supported: set it empty)", s.opts.Display, st.where(), et, t))
 	}
 	return nil
+}
+
+// identified names the row an update or delete changes: by its key, or,
+// in a table without one, by its whole old row.
+func identified(t *table, r cdc.Record) cdc.Record {
+	if t.keyless() {
+		r.Unmatched = t.absent
+	} else {
+		r.Key = pick(r.Before, t.keyPos)
+	}
+	return r
 }
 
 // keylessFindable checks that Retina's table of a table without a key
