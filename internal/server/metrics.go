@@ -44,6 +44,30 @@ func (s *Server) handler() http.Handler {
 	return mux
 }
 
+// sourceGauge returns what registers a gauge of one source's statistics,
+// labelled with the source's name. A metric has one help text whatever
+// the kind of source (the registry refuses two).
+func sourceGauge[S any](reg *prometheus.Registry, src *source, stats func() S) func(name, help string, f func(S) float64) {
+	labels := prometheus.Labels{"source": sourceName(src.uri)}
+	return func(name, help string, f func(S) float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "retina", Name: name, Help: help, ConstLabels: labels},
+			func() float64 { return f(stats()) }))
+	}
+}
+
+// copyFigures are the initial-copy figures of every database source.
+type copyFigures struct{ rows, estimate, tables, tablesDone, reconnects int64 }
+
+// copyGauges registers a database source's initial-copy gauges.
+func copyGauges[S any](gauge func(name, help string, f func(S) float64), fig func(S) copyFigures) {
+	gauge("source_snapshot_rows", "Rows of the initial copy delivered so far.", func(st S) float64 { return float64(fig(st).rows) })
+	gauge("source_snapshot_rows_estimate", "Rows the server estimates the copied tables hold (for the copy's ETA).",
+		func(st S) float64 { return float64(fig(st).estimate) })
+	gauge("source_snapshot_tables", "Tables the initial copy covers.", func(st S) float64 { return float64(fig(st).tables) })
+	gauge("source_snapshot_tables_done", "Tables the initial copy has finished.", func(st S) float64 { return float64(fig(st).tablesDone) })
+	gauge("source_reconnects", "Replication sessions started again after a failure.", func(st S) float64 { return float64(fig(st).reconnects) })
+}
+
 // registerSourceMetrics adds the figures of each PostgreSQL source,
 // labelled with its name.
 func (s *Server) registerSourceMetrics(reg *prometheus.Registry) {
@@ -51,11 +75,7 @@ func (s *Server) registerSourceMetrics(reg *prometheus.Registry) {
 		if src.pg == nil {
 			continue
 		}
-		labels := prometheus.Labels{"source": sourceName(src.uri)}
-		gauge := func(name, help string, f func(st postgres.Stats) float64) {
-			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "retina", Name: name, Help: help, ConstLabels: labels},
-				func() float64 { return f(src.pg.Stats()) }))
-		}
+		gauge := sourceGauge(reg, src, src.pg.Stats)
 		applied := func(st postgres.Stats) uint64 {
 			if off, ok := s.sink.Applied(i, src.pg.Stream()); ok {
 				return uint64(off)
@@ -79,12 +99,9 @@ func (s *Server) registerSourceMetrics(reg *prometheus.Registry) {
 			func(st postgres.Stats) float64 { return float64(st.SlotRetainedBytes) })
 		gauge("source_confirmed_lsn", "Flush LSN the slot was told: what a durable replay checkpoint covers.",
 			func(st postgres.Stats) float64 { return float64(st.Confirmed) })
-		gauge("source_snapshot_rows", "Rows of the initial copy delivered so far.", func(st postgres.Stats) float64 { return float64(st.SnapshotRows) })
-		gauge("source_snapshot_rows_estimate", "Rows PostgreSQL estimates the published tables hold (for the copy's ETA).",
-			func(st postgres.Stats) float64 { return float64(st.SnapshotRowsEstimate) })
-		gauge("source_snapshot_tables", "Published tables the initial copy covers.", func(st postgres.Stats) float64 { return float64(st.SnapshotTables) })
-		gauge("source_snapshot_tables_done", "Tables the initial copy has finished.", func(st postgres.Stats) float64 { return float64(st.SnapshotTablesDone) })
-		gauge("source_reconnects", "Replication sessions started again after a failure.", func(st postgres.Stats) float64 { return float64(st.Reconnects) })
+		copyGauges(gauge, func(st postgres.Stats) copyFigures {
+			return copyFigures{st.SnapshotRows, st.SnapshotRowsEstimate, st.SnapshotTables, st.SnapshotTablesDone, st.Reconnects}
+		})
 	}
 }
 
@@ -95,11 +112,7 @@ func (s *Server) registerMySQLMetrics(reg *prometheus.Registry) {
 		if src.my == nil {
 			continue
 		}
-		labels := prometheus.Labels{"source": sourceName(src.uri)}
-		gauge := func(name, help string, f func(st mysql.Stats) float64) {
-			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "retina", Name: name, Help: help, ConstLabels: labels},
-				func() float64 { return f(src.my.Stats()) }))
-		}
+		gauge := sourceGauge(reg, src, src.my.Stats)
 		gauge("source_lag_seconds", "Now minus the commit time of the newest applied transaction while received transactions wait to be applied, else 0.", func(st mysql.Stats) float64 {
 			newest := s.IngestStats().LastSourceMS
 			if newest == 0 || st.LastCommit.UnixMilli() <= newest {
@@ -108,12 +121,9 @@ func (s *Server) registerMySQLMetrics(reg *prometheus.Registry) {
 			return max(0, float64(time.Now().UnixMilli()-newest)/1000)
 		})
 		gauge("source_transactions", "Source transactions received from the binlog since the start.", func(st mysql.Stats) float64 { return float64(st.Transactions) })
-		gauge("source_snapshot_rows", "Rows of the initial copy delivered so far.", func(st mysql.Stats) float64 { return float64(st.SnapshotRows) })
-		gauge("source_snapshot_rows_estimate", "Rows the server estimates the copied tables hold (for the copy's ETA).",
-			func(st mysql.Stats) float64 { return float64(st.SnapshotRowsEstimate) })
-		gauge("source_snapshot_tables", "Tables the initial copy covers.", func(st mysql.Stats) float64 { return float64(st.SnapshotTables) })
-		gauge("source_snapshot_tables_done", "Tables the initial copy has finished.", func(st mysql.Stats) float64 { return float64(st.SnapshotTablesDone) })
-		gauge("source_reconnects", "Replication sessions started again after a failure.", func(st mysql.Stats) float64 { return float64(st.Reconnects) })
+		copyGauges(gauge, func(st mysql.Stats) copyFigures {
+			return copyFigures{st.SnapshotRows, st.SnapshotRowsEstimate, st.SnapshotTables, st.SnapshotTablesDone, st.Reconnects}
+		})
 	}
 }
 

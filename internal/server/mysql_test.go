@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/retinadb/retina/internal/mysqltest"
+	"github.com/retinadb/retina/internal/server"
+	"github.com/retinadb/retina/internal/server/servertest"
 )
 
 // startMariaDB starts a private MariaDB with the binary log as the MySQL
@@ -396,5 +398,49 @@ func TestMySQLSourceFilePositions(t *testing.T) {
 	resp.Body.Close()
 	if !regexp.MustCompile(`(?m)^retina_source_snapshot_rows\{[^}]*\} 0$`).Match(body) {
 		t.Fatalf("the restart copied again:\n%s", regexp.MustCompile(`(?m)^retina_source_snapshot_rows.*$`).Find(body))
+	}
+}
+
+// TestMySQLAndPostgresSourcesTogether: one Retina follows a MariaDB and a
+// PostgreSQL database at once; each waits on its own source and the
+// metrics name both.
+func TestMySQLAndPostgresSourcesTogether(t *testing.T) {
+	m := startMariaDB(t)
+	myExec(t, m, "", "CREATE DATABASE shop")
+	myExec(t, m, "shop", "CREATE TABLE orders (id int PRIMARY KEY, total decimal(10,2))", "INSERT INTO orders VALUES (1, 9.50)")
+	_, dsn, pg := startPostgres(t)
+	exec(t, pg, "CREATE TABLE stock (sku int PRIMARY KEY, qty int)", "INSERT INTO stock VALUES (7, 3)")
+	cfg := server.DefaultConfig()
+	cfg.DataDir, cfg.SQLAddr, cfg.HTTPAddr = t.TempDir(), "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Sources = []string{m.URI("shop", ""), dsn + "&slot=together&publication=together"}
+	cfg.CheckpointInterval = time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := server.Start(ctx, cfg, server.Options{Logger: servertest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	r := &pgRun{srv: srv, stop: stop, done: make(chan error, 1)}
+	go func() { r.done <- srv.Run(runCtx) }()
+	defer r.close(t)
+	retina := connect(t, "postgres://retina@"+srv.SQLAddr()+"/retina?sslmode=disable")
+	myExec(t, m, "shop", "INSERT INTO orders VALUES (2, 1.25)")
+	exec(t, pg, "UPDATE stock SET qty = 2")
+	myCaughtUp(t, r, m, retina)
+	caughtUp(t, r, pg, retina)
+	if got := textRows(t, retina, "SELECT (SELECT sum(total)::VARCHAR FROM orders), (SELECT qty FROM stock)"); fmt.Sprint(got) != "[[10.75 2]]" {
+		t.Fatalf("Retina has %v", got)
+	}
+	resp, err := http.Get("http://" + srv.HTTPAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`retina_source_snapshot_rows{source="mysql://`, `retina_source_snapshot_rows{source="postgres://`} {
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("/metrics lacks %s", want)
+		}
 	}
 }
