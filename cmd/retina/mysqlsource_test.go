@@ -4,10 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"io"
 	"math/rand"
-	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,33 +13,6 @@ import (
 
 	"github.com/retinadb/retina/internal/mysqltest"
 )
-
-// labelledMetric sums a metric's samples whatever their labels (-1 when
-// there is none).
-func (s *served) labelledMetric(name string) float64 {
-	s.t.Helper()
-	resp, err := http.Get(s.httpURL + "/metrics")
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	sum, found := 0.0, false
-	for _, l := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
-			continue
-		}
-		f, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
-		if err != nil {
-			s.t.Fatal(err)
-		}
-		sum, found = sum+f, true
-	}
-	if !found {
-		return -1
-	}
-	return sum
-}
 
 // TestMySQLSourceRecoversAfterKill runs transfers on a private MariaDB
 // while `retina serve --source mysql://…` copies and follows it, and kills
@@ -131,7 +101,7 @@ func TestMySQLSourceRecoversAfterKill(t *testing.T) {
 	s := startServe(t, args...)
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		copied := s.labelledMetric("retina_source_snapshot_rows")
+		copied, _ := s.metricIf("retina_source_snapshot_rows")
 		if copied > 1000 && copied < accounts/2 {
 			break
 		}
@@ -145,7 +115,7 @@ func TestMySQLSourceRecoversAfterKill(t *testing.T) {
 
 	// Second kill: streaming, after a checkpoint.
 	s = startServe(t, args...)
-	for deadline := time.Now().Add(90 * time.Second); s.labelledMetric("retina_source_transactions") < 200; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(90 * time.Second); s.metric("retina_source_transactions") < 200; time.Sleep(20 * time.Millisecond) {
 		s.healthy()
 		if time.Now().After(deadline) {
 			t.Fatal("Retina did not stream 200 transactions in 90s")

@@ -135,8 +135,19 @@ func (s *served) stop() string {
 	return s.out.String()
 }
 
-// metric reads one sample of the Prometheus endpoint.
+// metric reads a metric of the Prometheus endpoint: its samples summed,
+// whatever their labels. It fails the test when there is none.
 func (s *served) metric(name string) float64 {
+	s.t.Helper()
+	v, ok := s.metricIf(name)
+	if !ok {
+		s.t.Fatalf("metric %s missing from %s/metrics", name, s.httpURL)
+	}
+	return v
+}
+
+// metricIf is metric that reports a missing metric with ok false.
+func (s *served) metricIf(name string) (sum float64, ok bool) {
 	s.t.Helper()
 	resp, err := http.Get(s.httpURL + "/metrics")
 	if err != nil {
@@ -145,16 +156,16 @@ func (s *served) metric(name string) float64 {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	for _, l := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(l, name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				s.t.Fatal(err)
-			}
-			return f
+		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
+			continue
 		}
+		f, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		sum, ok = sum+f, true
 	}
-	s.t.Fatalf("metric %s missing from:\n%s", name, body)
-	return 0
+	return sum, ok
 }
 
 // waitCommitted waits until the server has committed n row changes.
