@@ -5,9 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -100,31 +98,11 @@ func MySQL(ctx context.Context, r *Report, cfg MySQLConfig) error {
 		}
 		copyRows += n
 	}
-	logPath := filepath.Join(dir, "retina.log")
-	logFile, err := os.Create(logPath)
+	start, logPath, tailLog, closeLog, err := serveOn(ctx, cfg.Command, dir, m.URI("tpcc", "name=bench"), cfg.CheckpointInterval)
 	if err != nil {
 		return err
 	}
-	defer logFile.Close()
-	tailLog := func() string { return logTail(logPath) }
-	args := []string{"serve", "--data", filepath.Join(dir, "data"), "--source", m.URI("tpcc", "name=bench"),
-		"--sql-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--checkpoint-interval", cfg.CheckpointInterval.String(), "--log-format", "json"}
-	start := func() (*child, *pgx.Conn, error) {
-		c, err := startChild(cfg.Command, nil, args, logFile)
-		if err != nil {
-			return nil, nil, err
-		}
-		if err := c.waitServing(2 * time.Minute); err != nil {
-			c.kill()
-			return nil, nil, fmt.Errorf("%w; retina's log ends:\n%s", err, tailLog())
-		}
-		conn, err := c.connect(ctx)
-		if err != nil {
-			c.kill()
-			return nil, nil, err
-		}
-		return c, conn, nil
-	}
+	defer closeLog()
 	// caughtUp returns once Retina shows every transaction MariaDB has
 	// committed so far.
 	caughtUp := func(conn *pgx.Conn) error {
@@ -145,18 +123,9 @@ func MySQL(ctx context.Context, r *Report, cfg MySQLConfig) error {
 	if err := caughtUp(retina); err != nil {
 		return fmt.Errorf("initial copy: %w; retina's log ends:\n%s", err, tailLog())
 	}
-	queryable := time.Now()
-	// The copy starts when its snapshot is taken (after the process opened
-	// its data directory and query engine): its rate counts from there.
-	copyBegan, err := loggedAt(logPath, "initial copy: snapshot taken")
-	if err != nil {
+	if err := reportCopy(r, logPath, "initial copy: snapshot taken", "the snapshot was taken", copyRows, began, time.Now()); err != nil {
 		return err
 	}
-	copySecs := queryable.Sub(copyBegan).Seconds()
-	r.Printf("initial copy: %d rows queryable %.1fs after the snapshot was taken, %.1fs after the process started (%.0f rows/s)",
-		copyRows, copySecs, queryable.Sub(began).Seconds(), float64(copyRows)/copySecs)
-	r.Set("snapshot_rows", copyRows)
-	r.Set("snapshot_rows_per_sec", int64(float64(copyRows)/copySecs))
 
 	var rowsBefore int64
 	if rowsBefore, err = changedRows(ctx, db); err != nil {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -79,31 +78,11 @@ func Postgres(ctx context.Context, r *Report, cfg PostgresConfig) error {
 		(SELECT count(*) FROM pgbench_branches) + (SELECT count(*) FROM pgbench_history)`).Scan(&copyRows); err != nil {
 		return err
 	}
-	logPath := filepath.Join(dir, "retina.log")
-	logFile, err := os.Create(logPath)
+	start, logPath, tailLog, closeLog, err := serveOn(ctx, cfg.Command, dir, cl.DSN("postgres")+"&slot=bench&publication=bench", cfg.CheckpointInterval)
 	if err != nil {
 		return err
 	}
-	defer logFile.Close()
-	tailLog := func() string { return logTail(logPath) }
-	args := []string{"serve", "--data", filepath.Join(dir, "data"), "--source", cl.DSN("postgres") + "&slot=bench&publication=bench",
-		"--sql-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--checkpoint-interval", cfg.CheckpointInterval.String(), "--log-format", "json"}
-	start := func() (*child, *pgx.Conn, error) {
-		c, err := startChild(cfg.Command, nil, args, logFile)
-		if err != nil {
-			return nil, nil, err
-		}
-		if err := c.waitServing(2 * time.Minute); err != nil {
-			c.kill()
-			return nil, nil, fmt.Errorf("%w; retina's log ends:\n%s", err, tailLog())
-		}
-		conn, err := c.connect(ctx)
-		if err != nil {
-			c.kill()
-			return nil, nil, err
-		}
-		return c, conn, nil
-	}
+	defer closeLog()
 	// waitLSN returns once Retina shows every commit PostgreSQL made so far.
 	waitLSN := func(conn *pgx.Conn) error {
 		var lsn string
@@ -123,18 +102,9 @@ func Postgres(ctx context.Context, r *Report, cfg PostgresConfig) error {
 	if err := waitLSN(retina); err != nil {
 		return fmt.Errorf("initial copy: %w; retina's log ends:\n%s", err, tailLog())
 	}
-	queryable := time.Now()
-	// The copy starts when the slot is created (after the process opened
-	// its data directory and query engine): its rate counts from there.
-	copyBegan, err := loggedAt(logPath, "created replication slot")
-	if err != nil {
+	if err := reportCopy(r, logPath, "created replication slot", "the slot was created", copyRows, began, time.Now()); err != nil {
 		return err
 	}
-	copySecs := queryable.Sub(copyBegan).Seconds()
-	r.Printf("initial copy: %d rows queryable %.1fs after the slot was created, %.1fs after the process started (%.0f rows/s)",
-		copyRows, copySecs, queryable.Sub(began).Seconds(), float64(copyRows)/copySecs)
-	r.Set("snapshot_rows", copyRows)
-	r.Set("snapshot_rows_per_sec", int64(float64(copyRows)/copySecs))
 
 	// pgbench, the heartbeat and the invariant checker run together;
 	// Retina is killed and restarted halfway.

@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -188,4 +190,51 @@ func (l sourceLoad) run(ctx context.Context, r *Report, c *child, retina *pgx.Co
 	res.catchUpSecs = time.Since(ended).Seconds()
 	slices.Sort(res.lags)
 	return res, c, retina, nil
+}
+
+// serveOn returns how to start `retina serve` on source as a child process
+// (its JSON log in dir/retina.log) and connect to it, and how to read the
+// log's end.
+func serveOn(ctx context.Context, command []string, dir, source string, checkpointInterval time.Duration) (start func() (*child, *pgx.Conn, error), logPath string, tailLog func() string, closeLog func(), err error) {
+	logPath = filepath.Join(dir, "retina.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, "", nil, nil, err
+	}
+	tailLog = func() string { return logTail(logPath) }
+	args := []string{"serve", "--data", filepath.Join(dir, "data"), "--source", source,
+		"--sql-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--checkpoint-interval", checkpointInterval.String(), "--log-format", "json"}
+	start = func() (*child, *pgx.Conn, error) {
+		c, err := startChild(command, nil, args, logFile)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := c.waitServing(2 * time.Minute); err != nil {
+			c.kill()
+			return nil, nil, fmt.Errorf("%w; retina's log ends:\n%s", err, tailLog())
+		}
+		conn, err := c.connect(ctx)
+		if err != nil {
+			c.kill()
+			return nil, nil, err
+		}
+		return c, conn, nil
+	}
+	return start, logPath, tailLog, func() { logFile.Close() }, nil
+}
+
+// reportCopy reports the initial copy's rate: rows from the log line that
+// starts it (after the process opened its data directory and query
+// engine) until the copy was queryable.
+func reportCopy(r *Report, logPath, startLine, what string, rows int64, began, queryable time.Time) error {
+	copyBegan, err := loggedAt(logPath, startLine)
+	if err != nil {
+		return err
+	}
+	secs := queryable.Sub(copyBegan).Seconds()
+	r.Printf("initial copy: %d rows queryable %.1fs after %s, %.1fs after the process started (%.0f rows/s)",
+		rows, secs, what, queryable.Sub(began).Seconds(), float64(rows)/secs)
+	r.Set("snapshot_rows", rows)
+	r.Set("snapshot_rows_per_sec", int64(float64(rows)/secs))
+	return nil
 }
