@@ -12,16 +12,12 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 
 	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/cdc"
 	"github.com/retinadb/retina/internal/types"
 )
 
-// Catalog is what the source needs of Retina's catalog: it creates a table
-// for every source table before the first change of it is delivered.
-type Catalog interface {
-	Snapshot() *catalog.Snapshot
-	CreateTable(ctx context.Context, name string, schema catalog.Schema) (*catalog.Table, error)
-	AddColumn(ctx context.Context, tableID uint32, col catalog.Column) (*catalog.Table, error)
-}
+// Catalog is what the source needs of Retina's catalog.
+type Catalog = cdc.Catalog
 
 // Columns a table without a primary key gets in Retina: together they are
 // its key (the binlog position of the transaction that inserted the row,

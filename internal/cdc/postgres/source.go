@@ -18,12 +18,7 @@ import (
 )
 
 // Config is what the source needs besides its URI.
-type Config struct {
-	Catalog Catalog
-	Logger  *slog.Logger
-	// Resume is this source's resume point from the replay checkpoint.
-	Resume map[string]int64
-}
+type Config = cdc.DatabaseConfig
 
 // Stats describe the source's progress; read them with Source.Stats.
 type Stats struct {

@@ -10,16 +10,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/cdc"
 	"github.com/retinadb/retina/internal/types"
 )
 
-// Catalog is what the source needs of Retina's catalog: it creates a table
-// for every published table before the first change of it is delivered.
-type Catalog interface {
-	Snapshot() *catalog.Snapshot
-	CreateTable(ctx context.Context, name string, schema catalog.Schema) (*catalog.Table, error)
-	AddColumn(ctx context.Context, tableID uint32, col catalog.Column) (*catalog.Table, error)
-}
+// Catalog is what the source needs of Retina's catalog.
+type Catalog = cdc.Catalog
 
 // Columns a table without a primary key or replica-identity index gets in
 // Retina: together they are its key (the commit LSN of the transaction that
