@@ -189,7 +189,7 @@ func (c *column) field(fv *gomysql.FieldValue) (any, error) {
 	case gomysql.FieldValueTypeNull:
 		return nil, nil
 	case gomysql.FieldValueTypeSigned:
-		if c.Kind == kInt && !c.Unsigned && c.Bits < 64 || c.Kind == kInt && c.Bits == 64 && !c.Unsigned {
+		if c.Kind == kInt && !c.Unsigned {
 			return fv.AsInt64(), nil
 		}
 		return c.value(fv.AsInt64())
@@ -208,27 +208,29 @@ func (c *column) field(fv *gomysql.FieldValue) (any, error) {
 			return string(b), nil
 		}
 	case c.Kind == kDecimal && c.Type.Kind == types.Decimal:
-		if d, ok := decimalBytes(b, c.Precision, c.Scale); ok {
+		if d, ok := decimalDigits(b, c.Precision, c.Scale); ok {
 			return d, nil
 		}
 	case c.Kind == kDatetime || c.Kind == kTimestamp:
-		if us, ok := datetimeBytes(b); ok {
+		if us, ok := datetimeDigits(b); ok {
 			return types.TimestampMicros(us), nil
 		}
 	}
 	return c.value(b)
 }
 
-// decimalBytes is parseDecimal's fast path over bytes: ok is false for
-// what it does not handle (the caller falls back).
-func decimalBytes(b []byte, precision, scale int) (decimal128.Num, bool) {
+// decimalDigits is parseDecimal's fast path, over the client's bytes or
+// the binlog's string: ok is false for what it does not handle (the caller
+// falls back).
+func decimalDigits[T string | []byte](b T, precision, scale int) (decimal128.Num, bool) {
 	neg := len(b) > 0 && b[0] == '-'
 	if neg {
 		b = b[1:]
 	}
 	var n uint64
 	digits, fracDigits, seenDot := 0, 0, false
-	for _, ch := range b {
+	for i := 0; i < len(b); i++ {
+		ch := b[i]
 		switch {
 		case ch == '.' && !seenDot:
 			seenDot = true
@@ -255,20 +257,20 @@ func decimalBytes(b []byte, precision, scale int) (decimal128.Num, bool) {
 	return v, v.FitsInPrecision(int32(precision))
 }
 
-// datetimeBytes reads "YYYY-MM-DD HH:MM:SS[.ffffff]" as microseconds
+// datetimeDigits reads "YYYY-MM-DD HH:MM:SS[.ffffff]" as microseconds
 // since the epoch (UTC); ok is false for anything else, zero dates
 // included (the caller falls back, and names the error).
-func datetimeBytes(b []byte) (int64, bool) {
+func datetimeDigits[T string | []byte](b T) (int64, bool) {
 	if len(b) < 19 || b[4] != '-' || b[7] != '-' || b[10] != ' ' || b[13] != ':' || b[16] != ':' {
 		return 0, false
 	}
-	num := func(s []byte) (int, bool) {
+	num := func(s T) (int, bool) {
 		n := 0
-		for _, ch := range s {
-			if ch < '0' || ch > '9' {
+		for i := 0; i < len(s); i++ {
+			if s[i] < '0' || s[i] > '9' {
 				return 0, false
 			}
-			n = n*10 + int(ch-'0')
+			n = n*10 + int(s[i]-'0')
 		}
 		return n, true
 	}
@@ -351,6 +353,11 @@ func (c *column) convert(v any) (any, error) {
 		}
 		return types.DateDays(t.Unix() / 86400), nil
 	case kDatetime, kTimestamp:
+		if s, ok := v.(string); ok { // the binlog's text: the common case
+			if us, ok := datetimeDigits(s); ok {
+				return types.TimestampMicros(us), nil
+			}
+		}
 		t, err := parseTime(text(v), "2006-01-02 15:04:05.999999")
 		if err != nil {
 			return nil, err
@@ -415,33 +422,8 @@ func (c *column) convert(v any) (any, error) {
 // exactly: digits that fit 18 places directly, longer ones through
 // decimal128's general parser.
 func parseDecimal(s string, precision, scale int) (decimal128.Num, error) {
-	body, neg := s, false
-	if len(body) > 0 && (body[0] == '-' || body[0] == '+') {
-		neg, body = body[0] == '-', body[1:]
-	}
-	whole, frac, _ := strings.Cut(body, ".")
-	if len(frac) <= scale && len(whole)+scale <= 18 && len(whole)+len(frac) > 0 {
-		var n uint64
-		for _, part := range [2]string{whole, frac} {
-			for i := 0; i < len(part); i++ {
-				d := part[i] - '0'
-				if d > 9 {
-					return decimal128.Num{}, fmt.Errorf("not a decimal")
-				}
-				n = n*10 + uint64(d)
-			}
-		}
-		for range scale - len(frac) {
-			n *= 10
-		}
-		v := decimal128.FromU64(n)
-		if neg {
-			v = v.Negate()
-		}
-		if !v.FitsInPrecision(int32(precision)) {
-			return decimal128.Num{}, fmt.Errorf("more than %d digits", precision)
-		}
-		return v, nil
+	if d, ok := decimalDigits(s, precision, scale); ok {
+		return d, nil
 	}
 	return decimal128.FromString(s, int32(precision), int32(scale))
 }
