@@ -3,8 +3,6 @@ package mysql
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 
 	"vitess.io/vitess/go/vt/sqlparser"
@@ -39,8 +37,6 @@ func mustParser() *sqlparser.Parser {
 	}
 	return p
 }
-
-func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // ddl applies one statement of a Query event (schema: its default
 // database) within the open transaction.

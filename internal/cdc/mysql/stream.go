@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -102,6 +103,10 @@ func (s *Source) stream(ctx context.Context) error {
 		}
 	}
 }
+
+// discardLogger quiets the replication library, whose errors reach the
+// source as errors.
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // syncError names a binlog error; a position the server no longer has is
 // fatal, with what to do.
