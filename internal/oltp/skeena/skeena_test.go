@@ -287,10 +287,12 @@ func TestMaintenanceRecyclesRegistry(t *testing.T) {
 	for i := 0; i < 200; i++ {
 		transfer(t, s)
 	}
-	before, _ := s.CSRStats()
+	// 200 transfers fill about 25 parts of 8; recycling (this call, or the
+	// maintenance goroutine's, every 100 ms, which may come first) keeps
+	// at most 4 closed ones and the open one.
 	s.recycle()
-	if parts, _ := s.CSRStats(); parts > 5 || parts >= before {
-		t.Fatalf("registry holds %d parts after recycling (had %d); want at most 4 closed and the open one", parts, before)
+	if parts, _ := s.CSRStats(); parts > 5 {
+		t.Fatalf("registry holds %d parts after recycling; want at most 4 closed and the open one", parts)
 	}
 	r := s.Begin()
 	if got := mustGet(t, r, "d", "y"); got != "g:60" {
