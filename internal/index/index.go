@@ -233,7 +233,9 @@ func (s *Store) Define(d Def) error {
 
 // Key encodes key values of index id, checking them against its columns.
 func (s *Store) Key(id uint32, vals ...any) (Key, error) {
-	return s.AppendKey(nil, id, vals...)
+	// Room for the id and fixed-width columns: one allocation, not one per
+	// doubling.
+	return s.AppendKey(make([]byte, 0, 4+10*len(vals)), id, vals...)
 }
 
 // AppendKey is Key encoding into dst's spare capacity.

@@ -28,10 +28,16 @@ type slot struct {
 	spill bool    // versions older than prev are in the shard's spill map
 }
 
-// shortKeyLen is the longest entry kept as a fixed-size key.
-const shortKeyLen = 23
+// shortKeyLen is the longest entry kept as a fixed-size key: 24 bytes
+// hold an index id and four 32-bit columns (TPC-C's order lines).
+const shortKeyLen = 24
 
-type shortKey [shortKeyLen + 1]byte // bytes, then the length
+// shortKey is an entry of 1..shortKeyLen bytes, zero-padded, and its
+// length (which tells "ab" from "ab\x00").
+type shortKey struct {
+	b [shortKeyLen]byte
+	n uint8
+}
 
 // toShortKey makes the fixed-size key of an entry of 1..shortKeyLen bytes
 // (entries are never empty: they start with the index id).
@@ -39,12 +45,12 @@ func toShortKey(b []byte) (k shortKey, ok bool) {
 	if len(b) > shortKeyLen || len(b) == 0 {
 		return k, false
 	}
-	copy(k[:], b)
-	k[shortKeyLen] = byte(len(b))
+	copy(k.b[:], b)
+	k.n = uint8(len(b))
 	return k, true
 }
 
-func (k *shortKey) bytes() []byte { return k[:k[shortKeyLen]] }
+func (k *shortKey) bytes() []byte { return k.b[:k.n] }
 
 type memShard struct {
 	mu         sync.Mutex // not RW: writers are most callers, and an RWMutex costs them twice the atomics

@@ -26,18 +26,31 @@ type slotTable struct {
 	hint int
 }
 
-// cell is one entry; key[shortKeyLen] (a short key's length, 1..23) also
-// says whether the cell is empty or deleted.
+// cell is one entry, laid out flat so that it fills one cache line: a
+// shortKey and a slot as fields would take 72 bytes with their padding.
+// n, the key's length (1..shortKeyLen), also says whether the cell is
+// empty or deleted.
 type cell struct {
-	key shortKey
-	val slot
+	key        [shortKeyLen]byte
+	last, prev version
+	spill      bool
+	n          uint8
 }
 
 // full reports a cell holding an entry (neither empty nor deleted).
-func (c *cell) full() bool {
-	l := c.key[shortKeyLen]
-	return l != cellEmpty && l != cellTomb
+func (c *cell) full() bool { return c.n != cellEmpty && c.n != cellTomb }
+
+func (c *cell) holds(k *shortKey) bool { return c.n == k.n && c.key == k.b }
+
+func (c *cell) val() slot { return slot{last: c.last, prev: c.prev, spill: c.spill} }
+
+func (c *cell) shortKey() shortKey { return shortKey{b: c.key, n: c.n} }
+
+func newCell(k *shortKey, s slot) cell {
+	return cell{key: k.b, n: k.n, last: s.last, prev: s.prev, spill: s.spill}
 }
+
+func (c *cell) setVal(s slot) { c.last, c.prev, c.spill = s.last, s.prev, s.spill }
 
 const (
 	cellEmpty = 0
@@ -50,7 +63,7 @@ func newSlotTable() slotTable { return slotTable{seed: maphash.MakeSeed()} }
 func (t *slotTable) len() int { return t.live }
 
 func (t *slotTable) start(k *shortKey) int {
-	return int(maphash.Bytes(t.seed, k[:]) & uint64(len(t.cells)-1))
+	return int(maphash.Bytes(t.seed, k.b[:k.n]) & uint64(len(t.cells)-1))
 }
 
 // find is the cell holding k, or -1.
@@ -61,13 +74,13 @@ func (t *slotTable) find(k *shortKey) int {
 	mask := len(t.cells) - 1
 	for i := t.start(k); ; i = (i + 1) & mask {
 		c := &t.cells[i]
-		switch c.key[shortKeyLen] {
+		switch c.n {
 		case cellEmpty:
 			return -1
 		case cellTomb:
 			continue
 		}
-		if c.key == *k {
+		if c.holds(k) {
 			return i
 		}
 	}
@@ -75,7 +88,7 @@ func (t *slotTable) find(k *shortKey) int {
 
 func (t *slotTable) get(k *shortKey) (slot, bool) {
 	if i := t.find(k); i >= 0 {
-		return t.cells[i].val, true
+		return t.cells[i].val(), true
 	}
 	return slot{}, false
 }
@@ -85,7 +98,7 @@ func (t *slotTable) get(k *shortKey) (slot, bool) {
 func (t *slotTable) getToUpdate(k *shortKey) (slot, bool) {
 	if i := t.find(k); i >= 0 {
 		t.hint = i
-		return t.cells[i].val, true
+		return t.cells[i].val(), true
 	}
 	return slot{}, false
 }
@@ -95,8 +108,8 @@ func (t *slotTable) getToUpdate(k *shortKey) (slot, bool) {
 func (t *slotTable) set(k *shortKey, s slot) {
 	// The hinted cell is k's if it holds k: keys are unique, and empty
 	// and deleted cells hold no key.
-	if h := t.hint; h < len(t.cells) && t.cells[h].key == *k {
-		t.cells[h].val = s
+	if h := t.hint; h < len(t.cells) && t.cells[h].holds(k) {
+		t.cells[h].setVal(s)
 		return
 	}
 	if len(t.cells) > 0 {
@@ -104,7 +117,7 @@ func (t *slotTable) set(k *shortKey, s slot) {
 		free := -1
 		for i := t.start(k); ; i = (i + 1) & mask {
 			c := &t.cells[i]
-			switch c.key[shortKeyLen] {
+			switch c.n {
 			case cellEmpty:
 				if free < 0 {
 					free = i
@@ -115,22 +128,22 @@ func (t *slotTable) set(k *shortKey, s slot) {
 				}
 				continue
 			default:
-				if c.key != *k {
+				if !c.holds(k) {
 					continue
 				}
-				c.val = s
+				c.setVal(s)
 				return
 			}
 			break
 		}
-		if t.cells[free].key[shortKeyLen] == cellTomb {
+		if t.cells[free].n == cellTomb {
 			t.tombs--
-			t.cells[free] = cell{key: *k, val: s}
+			t.cells[free] = newCell(k, s)
 			t.live++
 			return
 		}
 		if (t.live+t.tombs+1)*4 <= len(t.cells)*3 {
-			t.cells[free] = cell{key: *k, val: s}
+			t.cells[free] = newCell(k, s)
 			t.live++
 			return
 		}
@@ -152,10 +165,10 @@ func (t *slotTable) set(k *shortKey, s slot) {
 func (t *slotTable) put(k *shortKey, s slot) {
 	mask := len(t.cells) - 1
 	i := t.start(k)
-	for t.cells[i].key[shortKeyLen] != cellEmpty {
+	for t.cells[i].n != cellEmpty {
 		i = (i + 1) & mask
 	}
-	t.cells[i] = cell{key: *k, val: s}
+	t.cells[i] = newCell(k, s)
 	t.live++
 }
 
@@ -167,7 +180,8 @@ func (t *slotTable) rebuild(n int) {
 	t.live, t.tombs = 0, 0
 	for i := range old {
 		if old[i].full() {
-			t.put(&old[i].key, old[i].val)
+			k := old[i].shortKey()
+			t.put(&k, old[i].val())
 		}
 	}
 }
@@ -178,8 +192,7 @@ func (t *slotTable) remove(k *shortKey) {
 	if i < 0 {
 		return
 	}
-	t.cells[i] = cell{}
-	t.cells[i].key[shortKeyLen] = cellTomb
+	t.cells[i] = cell{n: cellTomb}
 	t.live--
 	t.tombs++
 	if t.live == 0 { // nothing to skip: every cell is free again
@@ -213,8 +226,8 @@ func (t *slotTable) all() iter.Seq2[*shortKey, slot] {
 			if !c.full() {
 				continue
 			}
-			k := c.key
-			if !yield(&k, c.val) {
+			k := c.shortKey()
+			if !yield(&k, c.val()) {
 				return
 			}
 		}

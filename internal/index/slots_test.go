@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 )
 
 // TestSlotTableMatchesMap drives a slot table and a Go map (the oracle)
@@ -18,9 +19,15 @@ func TestSlotTableMatchesMap(t *testing.T) {
 			tab := newSlotTable()
 			oracle := map[shortKey]slot{}
 			keySpace := 1 + rng.IntN(400)
+			// Keys of every short length, some the same bytes as others
+			// but for trailing zeros (told apart by length alone).
 			key := func() shortKey {
 				n := rng.IntN(keySpace)
-				k, ok := toShortKey([]byte(fmt.Sprintf("k%0*d", 1+n%20, n)))
+				b := fmt.Appendf(nil, "k%0*d", 1+n%(shortKeyLen-1), n)
+				if n%3 == 0 && len(b) < shortKeyLen {
+					b = append(b[:len(b)-1], 0)
+				}
+				k, ok := toShortKey(b)
 				if !ok {
 					t.Fatal("test key not short")
 				}
@@ -94,6 +101,14 @@ func TestSlotTableMatchesMap(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCellIsOneCacheLine: the table's lookups miss the cache once because
+// a cell is 64 bytes.
+func TestCellIsOneCacheLine(t *testing.T) {
+	if n := unsafe.Sizeof(cell{}); n != 64 {
+		t.Fatalf("a cell is %d bytes, want 64", n)
 	}
 }
 
