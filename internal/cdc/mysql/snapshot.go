@@ -227,11 +227,17 @@ func (s *Source) copyTable(ctx context.Context, c *client.Conn, t *table, stream
 		}
 	}
 	sql := "SELECT " + strings.Join(cols, ", ") + " FROM " + quoteIdent(t.Database) + "." + quoteIdent(t.Name)
+	name := t.String()
+	var alloc rowAlloc
 	var result gomysql.Result
 	var emitErr error
 	err := c.ExecuteSelectStreaming(sql, &result, func(row []gomysql.FieldValue) error {
-		out := make([]any, len(t.retina.Schema.Columns))
+		out := alloc.values(len(t.retina.Schema.Columns))
 		for i := range row {
+			if b, ok := t.Cols[i].text(&row[i]); ok {
+				alloc.text(t.pos[i], b)
+				continue
+			}
 			x, err := t.Cols[i].field(&row[i])
 			if err != nil {
 				emitErr = fatal(fmt.Errorf("mysql source %s: copy of %s (Retina table %s): %w", s.opts.Display, t, t.retina.Name, err))
@@ -239,15 +245,19 @@ func (s *Source) copyTable(ctx context.Context, c *client.Conn, t *table, stream
 			}
 			out[t.pos[i]] = x
 		}
+		alloc.setText(out)
 		if t.keyless() {
 			out[t.keyPos[0]], out[t.keyPos[1]] = int64(0), *off
 		}
-		if err := s.emit(ctx, record(cdc.Position{Stream: stream, Offset: *off}, cdc.Record{Kind: cdc.Change, Table: t.retina.Name, Op: cdc.OpRead, After: out})); err != nil {
+		pos := cdc.Position{Stream: stream, Offset: *off}
+		r := alloc.record()
+		*r = cdc.Record{Kind: cdc.Change, Pos: pos, Table: t.retina.Name, Op: cdc.OpRead, After: out}
+		if err := s.emit(ctx, cdc.Message{Pos: pos, Record: r}); err != nil {
 			emitErr = err
 			return err
 		}
 		*off++
-		s.stats.copy.Row(s.log, t.String())
+		s.stats.copy.Row(s.log, name)
 		return nil
 	}, nil)
 	if emitErr != nil {
@@ -257,4 +267,58 @@ func (s *Source) copyTable(ctx context.Context, c *client.Conn, t *table, stream
 		return fmt.Errorf("mysql source %s: copy %s: %w", s.opts.Display, t, err)
 	}
 	return nil
+}
+
+// rowAlloc hands out the copy's records and row slices from chunks, and
+// gives a row's text values one allocation: the copy's rows are many and
+// small, and per-value allocations were a large part of its cost.
+type rowAlloc struct {
+	records []cdc.Record
+	vals    []any
+	buf     []byte
+	spans   []textSpan
+}
+
+// textSpan is where a text value of the current row lies in buf.
+type textSpan struct{ col, end int }
+
+const allocChunk = 256
+
+func (a *rowAlloc) record() *cdc.Record {
+	if len(a.records) == 0 {
+		a.records = make([]cdc.Record, allocChunk)
+	}
+	r := &a.records[0]
+	a.records = a.records[1:]
+	return r
+}
+
+// values returns a zeroed row of n values.
+func (a *rowAlloc) values(n int) []any {
+	if len(a.vals) < n {
+		a.vals = make([]any, n*allocChunk)
+	}
+	out := a.vals[:n:n]
+	a.vals = a.vals[n:]
+	return out
+}
+
+// text queues b as the value of column col of the current row.
+func (a *rowAlloc) text(col int, b []byte) {
+	a.buf = append(a.buf, b...)
+	a.spans = append(a.spans, textSpan{col: col, end: len(a.buf)})
+}
+
+// setText stores the current row's queued text values into out.
+func (a *rowAlloc) setText(out []any) {
+	if len(a.spans) == 0 {
+		return
+	}
+	all := string(a.buf)
+	start := 0
+	for _, sp := range a.spans {
+		out[sp.col] = all[start:sp.end]
+		start = sp.end
+	}
+	a.buf, a.spans = a.buf[:0], a.spans[:0]
 }

@@ -219,6 +219,16 @@ func (c *column) field(fv *gomysql.FieldValue) (any, error) {
 	return c.value(b)
 }
 
+// text returns the bytes of a valid UTF-8 text value as they are stored:
+// ok is false for every other value, which field converts.
+func (c *column) text(fv *gomysql.FieldValue) ([]byte, bool) {
+	if fv.Type != gomysql.FieldValueTypeString || c.Kind != kText || !c.utf8 {
+		return nil, false
+	}
+	b := fv.AsString()
+	return b, utf8.Valid(b)
+}
+
 // decimalDigits is parseDecimal's fast path, over the client's bytes or
 // the binlog's string: ok is false for what it does not handle (the caller
 // falls back).
