@@ -80,7 +80,11 @@ type assembler struct {
 	open          map[string]*pendingTxn
 	ends          []string // transaction ids in END order
 	snapshot      []cdc.Record
-	out           []Txn
+	// snapshotCap sizes the next snapshot batch's slice as the last one
+	// was: during a copy, batches (full, or cut by the idle flush) come
+	// one after another at much the same size.
+	snapshotCap int
+	out         []Txn
 	// Recently released transactions: a late redelivered message of one is
 	// dropped instead of opening the transaction again.
 	released map[string]struct{}
@@ -128,6 +132,9 @@ func newAssembler(snapshotBatch int) *assembler {
 // add takes one record; completed transactions accumulate in a.out.
 func (a *assembler) add(r cdc.Record) error {
 	if r.Kind == cdc.Change && r.TxID == "" && r.Op == cdc.OpRead {
+		if a.snapshot == nil {
+			a.snapshot = make([]cdc.Record, 0, max(a.snapshotCap, 64))
+		}
 		a.snapshot = append(a.snapshot, r)
 		if len(a.snapshot) >= a.snapshotBatch {
 			a.flushSnapshot()
@@ -201,7 +208,7 @@ func (a *assembler) flushSnapshot() {
 	if len(a.snapshot) == 0 {
 		return
 	}
-	t := Txn{ID: a.snapshot[0].Pos.String(), Changes: a.snapshot}
+	t := Txn{ID: a.snapshot[0].Pos.String(), Changes: a.snapshot, Positions: make([]cdc.Position, 0, len(a.snapshot))}
 	for _, r := range a.snapshot {
 		t.Positions = append(t.Positions, r.Pos)
 		if r.Raw != nil {
@@ -209,6 +216,7 @@ func (a *assembler) flushSnapshot() {
 		}
 	}
 	a.out = append(a.out, t)
+	a.snapshotCap = min(len(a.snapshot), a.snapshotBatch)
 	a.snapshot = nil
 }
 
