@@ -19,6 +19,7 @@ import (
 	_ "github.com/duckdb/duckdb-go/v2" // the native read_parquet reference
 
 	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/index"
 	"github.com/retinadb/retina/internal/lake"
 	"github.com/retinadb/retina/internal/query"
@@ -366,7 +367,7 @@ func applyDelta(ctx context.Context, n *server.Node, tb *catalog.Table, files []
 	}
 	ts := rg.First
 	seen := map[int]bool{}
-	var ops []replay.Op
+	var ops []change.Op
 	for len(seen) < k {
 		row := rng.IntN(cfg.Rows)
 		if seen[row] {
@@ -381,7 +382,7 @@ func applyDelta(ctx context.Context, n *server.Node, tb *catalog.Table, files []
 		if err := vis.Delete(uint32(row%cfg.FileRows), ts); err != nil {
 			return nil, err
 		}
-		ops = append(ops, replay.Op{TS: ts, Table: tb.ID, Kind: replay.Insert, Row: transferRow(rng, int64(cfg.Rows+len(ops)))})
+		ops = append(ops, change.Op{TS: ts, Table: tb.ID, Kind: change.Insert, Row: transferRow(rng, int64(cfg.Rows+len(ops)))})
 	}
 	for i := 0; i < len(ops); i += 4096 {
 		if err := n.Replayers[0].Apply(ctx, replay.Batch{Bucket: 0, Buckets: 1, Ops: ops[i:min(i+4096, len(ops))], Stable: ts}); err != nil {

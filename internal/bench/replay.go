@@ -15,6 +15,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 
 	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/index"
 	"github.com/retinadb/retina/internal/lake"
 	"github.com/retinadb/retina/internal/replay"
@@ -225,14 +226,14 @@ func replayBackend(ctx context.Context, r *Report, cfg ReplayConfig, backend str
 	perBucket := cfg.Rows / cfg.Buckets
 
 	// Inserts: each bucket inserts its keys (id % buckets == bucket).
-	ins, err := runReplay(ctx, cfg.Buckets, 0, func(b int, rng *rand.Rand, n int) ([]replay.Op, bool) {
+	ins, err := runReplay(ctx, cfg.Buckets, 0, func(b int, rng *rand.Rand, n int) ([]change.Op, bool) {
 		if n >= perBucket {
 			return nil, false
 		}
 		ts := clock.Add(1)
-		ops := make([]replay.Op, 0, cfg.Batch)
+		ops := make([]change.Op, 0, cfg.Batch)
 		for i := n; i < min(n+cfg.Batch, perBucket); i++ {
-			ops = append(ops, replay.Op{TS: ts, Table: tb.ID, Kind: replay.Insert, Row: transferRow(rng, int64(i*cfg.Buckets+b))})
+			ops = append(ops, change.Op{TS: ts, Table: tb.ID, Kind: change.Insert, Row: transferRow(rng, int64(i*cfg.Buckets+b))})
 		}
 		return ops, true
 	}, rp)
@@ -242,12 +243,12 @@ func replayBackend(ctx context.Context, r *Report, cfg ReplayConfig, backend str
 	r.Printf("%s index: %.0fK inserts/s (%d buckets, %d ops per Apply)", backend, ins/1e3, cfg.Buckets, cfg.Batch)
 	r.Set("replay_inserts_per_sec_"+backend, math.Round(ins))
 
-	ups, err := runReplay(ctx, cfg.Buckets, cfg.Duration, func(b int, rng *rand.Rand, _ int) ([]replay.Op, bool) {
+	ups, err := runReplay(ctx, cfg.Buckets, cfg.Duration, func(b int, rng *rand.Rand, _ int) ([]change.Op, bool) {
 		ts := clock.Add(1)
-		ops := make([]replay.Op, cfg.Batch)
+		ops := make([]change.Op, cfg.Batch)
 		for i := range ops {
 			id := int64(rng.IntN(perBucket)*cfg.Buckets + b)
-			ops[i] = replay.Op{TS: ts, Table: tb.ID, Kind: replay.Update, Row: transferRow(rng, id)}
+			ops[i] = change.Op{TS: ts, Table: tb.ID, Kind: change.Update, Row: transferRow(rng, id)}
 		}
 		return ops, true
 	}, rp)
@@ -262,7 +263,7 @@ func replayBackend(ctx context.Context, r *Report, cfg ReplayConfig, backend str
 // runReplay runs one goroutine per bucket; next returns the bucket's next
 // batch (n = ops it applied so far) or false when done. With d > 0 it stops
 // after d. It returns ops per second.
-func runReplay(ctx context.Context, buckets int, d time.Duration, next func(b int, rng *rand.Rand, n int) ([]replay.Op, bool), rp *replay.Replayer) (float64, error) {
+func runReplay(ctx context.Context, buckets int, d time.Duration, next func(b int, rng *rand.Rand, n int) ([]change.Op, bool), rp *replay.Replayer) (float64, error) {
 	runCtx := ctx
 	if d > 0 {
 		var cancel context.CancelFunc

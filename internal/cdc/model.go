@@ -8,16 +8,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/retinadb/retina/internal/change"
 )
 
-// Position is where a message sits in its source: an offset within one
-// stream (a file, or a Kafka topic partition). Offsets of one stream grow.
-type Position struct {
-	Stream string `json:"stream"`
-	Offset int64  `json:"offset"`
-}
-
-func (p Position) String() string { return fmt.Sprintf("%s@%d", p.Stream, p.Offset) }
+// Position is where a message sits in its source (see change.Position).
+type Position = change.Position
 
 // Message is one raw message of a source: a Debezium value (nil for a
 // tombstone) and, from Kafka, its key; or, from a source that speaks its

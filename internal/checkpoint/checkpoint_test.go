@@ -13,13 +13,13 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/durable"
-	"github.com/retinadb/retina/internal/mirror"
 )
 
 func manifest(ts uint64, files ...File) *Manifest {
 	return &Manifest{TS: ts, Buckets: 16, Replayers: 2, Files: files,
-		Sources: []Source{{URI: "file:/in.jsonl", Resume: mirror.Checkpoint{Resume: map[string]int64{"file:/in.jsonl": int64(ts) * 10}}}}}
+		Sources: []Source{{URI: "file:/in.jsonl", Resume: change.Checkpoint{Resume: map[string]int64{"file:/in.jsonl": int64(ts) * 10}}}}}
 }
 
 // freshDir is a crashable in-memory data directory whose creation is

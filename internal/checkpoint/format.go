@@ -42,7 +42,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/retinadb/retina/internal/mirror"
+	"github.com/retinadb/retina/internal/change"
 )
 
 // FormatVersion is the manifest format this package writes and reads.
@@ -85,7 +85,7 @@ type Manifest struct {
 // Source is one change source and its resume point.
 type Source struct {
 	URI    string            `json:"uri"`
-	Resume mirror.Checkpoint `json:"resume"`
+	Resume change.Checkpoint `json:"resume"`
 }
 
 // File is one live file at TS.

@@ -32,8 +32,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/retinadb/retina/internal/cdc"
-	"github.com/retinadb/retina/internal/replay"
+	"github.com/retinadb/retina/internal/change"
 )
 
 // Policy is what happens to a transaction that cannot be applied.
@@ -86,7 +85,7 @@ type Config struct {
 	// memory GC.
 	PurgeTicks int
 	// Start holds each source's resume point (one per source).
-	Start []Checkpoint
+	Start []change.Checkpoint
 	// RedoUpTo holds, per source and stream, how far the process before
 	// this one had committed (as far as it is known): transactions up to
 	// there are redone after a crash, and Stats counts them.
@@ -100,9 +99,9 @@ type Txn struct {
 	// position of its first message when there is no metadata.
 	ID string
 	// Positions of every message that belongs to it.
-	Positions []cdc.Position
+	Positions []change.Position
 	// Ops per bucket, buckets ascending, none empty.
-	Ops []BucketOps
+	Ops []change.BucketOps
 	// Rows is how many row changes it carries; SourceMS is the newest
 	// source commit time (ms) among them, 0 if unknown.
 	Rows     int
@@ -122,15 +121,10 @@ type Txn struct {
 	// operations (a change the catalog cannot place): it fails in its
 	// place in the order, as if a bucket had refused it.
 	Invalid error
-	// Raw are its messages, kept by the driver to write a set-aside
-	// transaction whole; the core does not look at them.
-	Raw []cdc.Message
-}
-
-// BucketOps are a transaction's operations in one bucket.
-type BucketOps struct {
-	Bucket int
-	Ops    []replay.Op
+	// Raw is the driver's: the sink keeps the transaction's messages here
+	// ([]cdc.Message) to write a set-aside transaction whole. The core
+	// only hands it back, so it does not depend on the change model.
+	Raw any
 }
 
 // Stats count the core's work.
@@ -165,7 +159,7 @@ type TxnError struct {
 	Source    int
 	ID        string
 	TS        uint64
-	Positions []cdc.Position
+	Positions []change.Position
 	// System says the replayer failed, not the transaction's data.
 	System bool
 	Err    error
@@ -308,8 +302,8 @@ func (c *Core) Stats() Stats { return c.stats }
 
 // Checkpoints is every source's resume point as of the acknowledged
 // commits and the transactions set aside.
-func (c *Core) Checkpoints() []Checkpoint {
-	out := make([]Checkpoint, len(c.trackers))
+func (c *Core) Checkpoints() []change.Checkpoint {
+	out := make([]change.Checkpoint, len(c.trackers))
 	for i, t := range c.trackers {
 		out[i] = t.checkpoint()
 	}
@@ -331,7 +325,7 @@ func (c *Core) source(i int) (*tracker, error) {
 }
 
 // Read registers messages read from a source, before they are assembled.
-func (c *Core) Read(source int, ps []cdc.Position) error {
+func (c *Core) Read(source int, ps []change.Position) error {
 	t, err := c.source(source)
 	if err != nil {
 		return err
@@ -342,7 +336,7 @@ func (c *Core) Read(source int, ps []cdc.Position) error {
 
 // Handled marks messages that need no transaction: skipped, set aside as
 // undecodable, or dropped as redelivered copies.
-func (c *Core) Handled(source int, ps []cdc.Position) error {
+func (c *Core) Handled(source int, ps []change.Position) error {
 	t, err := c.source(source)
 	if err != nil {
 		return err
@@ -443,9 +437,9 @@ func (c *Core) joinPart(txn *Txn, part Txn) {
 
 // mergeOps appends b's operations to a's, bucket by bucket, buckets
 // ascending.
-func mergeOps(a, b []BucketOps) []BucketOps {
+func mergeOps(a, b []change.BucketOps) []change.BucketOps {
 	for _, bo := range b {
-		i, found := slices.BinarySearchFunc(a, bo.Bucket, func(x BucketOps, bucket int) int { return x.Bucket - bucket })
+		i, found := slices.BinarySearchFunc(a, bo.Bucket, func(x change.BucketOps, bucket int) int { return x.Bucket - bucket })
 		if found {
 			a[i].Ops = append(a[i].Ops, bo.Ops...)
 		} else {
@@ -516,7 +510,7 @@ func (c *Core) dispatch(txn Txn, ts uint64) {
 
 // send hands a transaction's operations (all, or one part's) to their
 // buckets.
-func (c *Core) send(f *inflight, ops []BucketOps) {
+func (c *Core) send(f *inflight, ops []change.BucketOps) {
 	stable := c.hwm()
 	part := f.parts > 0
 	for _, b := range ops {
@@ -774,7 +768,7 @@ func (c *Core) redoing() bool {
 	for src, streams := range c.cfg.RedoUpTo {
 		for stream, off := range streams {
 			if src >= len(c.committed) || c.committed[src][stream] < off {
-				if src < len(c.trackers) && c.trackers[src].below(cdc.Position{Stream: stream, Offset: off}) {
+				if src < len(c.trackers) && c.trackers[src].below(change.Position{Stream: stream, Offset: off}) {
 					continue // the checkpoint covers it already
 				}
 				return true

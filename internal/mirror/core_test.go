@@ -2,11 +2,11 @@ package mirror
 
 import (
 	"fmt"
-	"github.com/retinadb/retina/internal/cdc"
 	"strings"
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
+	"github.com/retinadb/retina/internal/change"
 )
 
 // TestDataDriven runs the scripts in testdata: each command drives the
@@ -152,7 +152,7 @@ func runCommand(wp **world, cmd string, a map[string]string, input string) error
 		if err != nil {
 			return err
 		}
-		ps := []cdc.Position{{Stream: "s", Offset: int64(at)}}
+		ps := []change.Position{{Stream: "s", Offset: int64(at)}}
 		w.event(fmt.Sprintf("skip s@%d", at), func() error {
 			if err := w.core.Read(0, ps); err != nil {
 				return err

@@ -8,8 +8,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
-
-	"github.com/retinadb/retina/internal/replay"
+	"github.com/retinadb/retina/internal/change"
 )
 
 // history is one random run: a configuration, what the source holds and
@@ -71,21 +70,21 @@ func randomHistory(rng *rand.Rand) history {
 			case r == 40:
 				op = fakeOp{kind: invalidOp}
 			case r < 2:
-				op = fakeOp{kind: replay.Truncate}
+				op = fakeOp{kind: change.Truncate}
 				clear(live)
 			case r < 5: // sometimes wrong on purpose, often by chance
-				op = fakeOp{kind: replay.Delete, key: k}
+				op = fakeOp{kind: change.Delete, key: k}
 				delete(live, k)
 			case r < 11:
-				op = fakeOp{kind: replay.Upsert, key: k, val: rng.Int64N(100)}
+				op = fakeOp{kind: change.Upsert, key: k, val: rng.Int64N(100)}
 				live[k] = true
 			case r < 24 && !live[k]:
-				op = fakeOp{kind: replay.Insert, key: k, val: rng.Int64N(100)}
+				op = fakeOp{kind: change.Insert, key: k, val: rng.Int64N(100)}
 				live[k] = true
 			case r < 24:
-				op = fakeOp{kind: replay.Update, key: k, val: rng.Int64N(100)}
+				op = fakeOp{kind: change.Update, key: k, val: rng.Int64N(100)}
 			default:
-				op = fakeOp{kind: []replay.OpKind{replay.Insert, replay.Update}[rng.IntN(2)], key: k, val: rng.Int64N(100)}
+				op = fakeOp{kind: []change.OpKind{change.Insert, change.Update}[rng.IntN(2)], key: k, val: rng.Int64N(100)}
 				live[k] = true
 			}
 			t.ops = append(t.ops, op)

@@ -2,10 +2,9 @@ package mirror
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
-	"github.com/retinadb/retina/internal/replay"
+	"github.com/retinadb/retina/internal/change"
 )
 
 // Ready is what the driver does after an event, in this order: write the
@@ -26,7 +25,7 @@ type Ready struct {
 	// Request asks the transaction service for this many timestamps.
 	Request int
 	// Checkpoint, when set, is every source's resume point to persist.
-	Checkpoint []Checkpoint
+	Checkpoint []change.Checkpoint
 	// Persist, when set, asks for a replay checkpoint at its timestamp:
 	// nothing is in flight, so the state holds every transaction up to it
 	// and none above. The driver captures it, reports Sealed (dispatch then
@@ -45,7 +44,7 @@ type Ready struct {
 // Persist is a replay checkpoint to take.
 type Persist struct {
 	TS      uint64
-	Sources []Checkpoint // each source's resume point at TS
+	Sources []change.Checkpoint // each source's resume point at TS
 }
 
 // Send is one transaction's operations for one bucket.
@@ -53,7 +52,7 @@ type Send struct {
 	Bucket int
 	TS     uint64
 	TxnID  string
-	Ops    []replay.Op
+	Ops    []change.Op
 	// Stable: every transaction below it has committed.
 	Stable uint64
 }
@@ -128,31 +127,4 @@ func tsList(ts []uint64) string {
 		s[i] = fmt.Sprint(t)
 	}
 	return strings.Join(s, ",")
-}
-
-// String renders a checkpoint with its streams and applied ids sorted.
-func (cp Checkpoint) String() string {
-	var b strings.Builder
-	b.WriteString("resume=")
-	names := make([]string, 0, len(cp.Resume))
-	for n := range cp.Resume {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for i, n := range names {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, "%s@%d", n, cp.Resume[n])
-	}
-	if len(cp.Applied) > 0 {
-		b.WriteString(" applied=")
-		for i, a := range cp.Applied {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(a.ID)
-		}
-	}
-	return b.String()
 }

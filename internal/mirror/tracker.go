@@ -3,24 +3,8 @@ package mirror
 import (
 	"slices"
 
-	"github.com/retinadb/retina/internal/cdc"
+	"github.com/retinadb/retina/internal/change"
 )
-
-// Checkpoint is what one source needs to resume without duplicates: per
-// stream the first offset not yet applied, and the applied transactions
-// that have messages at or beyond those offsets (a redelivered copy of one
-// is dropped). A transaction whose every message lies below the resume
-// offsets is known applied too.
-type Checkpoint struct {
-	Resume  map[string]int64 `json:"resume"`
-	Applied []AppliedTxn     `json:"applied,omitempty"`
-}
-
-// AppliedTxn is one applied transaction and how far its messages reach.
-type AppliedTxn struct {
-	ID  string           `json:"id"`
-	Max map[string]int64 `json:"max"`
-}
 
 // tracker follows every message of one source from read to applied (or set
 // aside for good).
@@ -73,7 +57,7 @@ func (st *streamState) add(off int64, done bool) {
 	}
 }
 
-func newTracker(cp Checkpoint) *tracker {
+func newTracker(cp change.Checkpoint) *tracker {
 	t := &tracker{streams: map[string]*streamState{}, applied: map[string]map[string]int64{}, base: map[string]int64{}}
 	for s, off := range cp.Resume {
 		t.base[s] = off
@@ -96,13 +80,13 @@ func (t *tracker) stream(name string) *streamState {
 
 // below reports a message the start checkpoint already covers: a
 // redelivery of something applied, never pending again.
-func (t *tracker) below(p cdc.Position) bool {
+func (t *tracker) below(p change.Position) bool {
 	base, ok := t.base[p.Stream]
 	return ok && p.Offset < base
 }
 
 // seen registers messages read from the source.
-func (t *tracker) seen(ps []cdc.Position) {
+func (t *tracker) seen(ps []change.Position) {
 	for _, p := range ps {
 		if t.below(p) {
 			continue
@@ -114,7 +98,7 @@ func (t *tracker) seen(ps []cdc.Position) {
 }
 
 // done marks messages applied, or set aside for good.
-func (t *tracker) done(ps []cdc.Position) {
+func (t *tracker) done(ps []change.Position) {
 	for _, p := range ps {
 		if t.below(p) {
 			continue
@@ -129,7 +113,7 @@ func (t *tracker) done(ps []cdc.Position) {
 }
 
 // duplicate reports a transaction that was applied before.
-func (t *tracker) duplicate(id string, ps []cdc.Position) bool {
+func (t *tracker) duplicate(id string, ps []change.Position) bool {
 	if _, ok := t.applied[id]; ok {
 		return true
 	}
@@ -142,7 +126,7 @@ func (t *tracker) duplicate(id string, ps []cdc.Position) bool {
 }
 
 // applyTxn records a transaction applied (or set aside) for good.
-func (t *tracker) applyTxn(id string, ps []cdc.Position) {
+func (t *tracker) applyTxn(id string, ps []change.Position) {
 	reach := map[string]int64{}
 	for _, p := range ps {
 		reach[p.Stream] = max(reach[p.Stream], p.Offset)
@@ -188,8 +172,8 @@ func (st *streamState) resumeAt() int64 {
 }
 
 // checkpoint is the current resume point.
-func (t *tracker) checkpoint() Checkpoint {
-	cp := Checkpoint{Resume: map[string]int64{}}
+func (t *tracker) checkpoint() change.Checkpoint {
+	cp := change.Checkpoint{Resume: map[string]int64{}}
 	for name, st := range t.streams {
 		cp.Resume[name] = st.resumeAt()
 	}
@@ -204,7 +188,7 @@ func (t *tracker) checkpoint() Checkpoint {
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		cp.Applied = append(cp.Applied, AppliedTxn{ID: id, Max: t.applied[id]})
+		cp.Applied = append(cp.Applied, change.AppliedTxn{ID: id, Max: t.applied[id]})
 	}
 	return cp
 }

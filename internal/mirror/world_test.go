@@ -8,8 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/retinadb/retina/internal/cdc"
-	"github.com/retinadb/retina/internal/replay"
+	"github.com/retinadb/retina/internal/change"
 )
 
 // A world runs a Core against simulated surroundings, the way the sink
@@ -29,10 +28,10 @@ type srcTxn struct {
 }
 
 // invalidOp marks a change the sink could not turn into an operation.
-const invalidOp replay.OpKind = 99
+const invalidOp change.OpKind = 99
 
 type fakeOp struct {
-	kind replay.OpKind
+	kind change.OpKind
 	key  int64
 	val  int64
 }
@@ -41,18 +40,18 @@ func (o fakeOp) String() string {
 	switch o.kind {
 	case invalidOp:
 		return "invalid"
-	case replay.Truncate:
+	case change.Truncate:
 		return "truncate"
-	case replay.Delete:
+	case change.Delete:
 		return fmt.Sprintf("delete %d", o.key)
 	}
 	return fmt.Sprintf("%s %d=%d", o.kind, o.key, o.val)
 }
 
-func (t srcTxn) positions() []cdc.Position {
-	ps := make([]cdc.Position, len(t.ops)+1)
+func (t srcTxn) positions() []change.Position {
+	ps := make([]change.Position, len(t.ops)+1)
 	for i := range ps {
-		ps[i] = cdc.Position{Stream: "s", Offset: t.at + int64(i)}
+		ps[i] = change.Position{Stream: "s", Offset: t.at + int64(i)}
 	}
 	return ps
 }
@@ -104,7 +103,7 @@ type world struct {
 	committed    map[string]int  // source txn id → commits the service carried out
 	decided      map[string]bool // source txn id → its commit was decided
 	deadLettered map[string]bool
-	checkpoints  []Checkpoint
+	checkpoints  []change.Checkpoint
 	finished     bool
 	finishErr    error
 	out          *strings.Builder
@@ -117,7 +116,7 @@ type world struct {
 // and what had been resolved by then.
 type saved struct {
 	ts           uint64
-	sources      []Checkpoint
+	sources      []change.Checkpoint
 	store        map[int64][]version
 	committed    map[string]int
 	decided      map[string]bool
@@ -131,7 +130,7 @@ type svcOp struct {
 
 func newWorld(cfg Config) (*world, error) {
 	if len(cfg.Start) == 0 {
-		cfg.Start = []Checkpoint{{}}
+		cfg.Start = []change.Checkpoint{{}}
 	}
 	c, err := New(cfg)
 	if err != nil {
@@ -207,23 +206,23 @@ func (w *world) deliver() bool {
 	t := w.source[w.cursor]
 	w.cursor++
 	txn := Txn{ID: t.id, Positions: t.positions(), Rows: len(t.ops)}
-	perBucket := map[int][]replay.Op{}
+	perBucket := map[int][]change.Op{}
 	for _, o := range t.ops {
 		if o.kind == invalidOp {
 			txn.Invalid = errors.New("table gone is not in the catalog")
 			continue
 		}
-		if o.kind == replay.Truncate {
+		if o.kind == change.Truncate {
 			for b := range w.cfg.Buckets {
-				perBucket[b] = append(perBucket[b], replay.Op{Kind: o.kind})
+				perBucket[b] = append(perBucket[b], change.Op{Kind: o.kind})
 			}
 			continue
 		}
 		b := int(o.key) % w.cfg.Buckets
-		perBucket[b] = append(perBucket[b], replay.Op{Kind: o.kind, Key: []any{o.key}, Row: []any{o.key, o.val}})
+		perBucket[b] = append(perBucket[b], change.Op{Kind: o.kind, Key: []any{o.key}, Row: []any{o.key, o.val}})
 	}
 	for _, b := range slices.Sorted(maps.Keys(perBucket)) {
-		txn.Ops = append(txn.Ops, BucketOps{Bucket: b, Ops: perBucket[b]})
+		txn.Ops = append(txn.Ops, change.BucketOps{Bucket: b, Ops: perBucket[b]})
 	}
 	if w.readTo < w.cursor {
 		w.event(fmt.Sprintf("read %s", posList(txn.Positions)), func() error { return w.core.Read(0, txn.Positions) })
@@ -254,7 +253,7 @@ func splitTxn(txn Txn, t srcTxn, n, buckets int) []Txn {
 		}
 		counts := map[int]int{}
 		for _, o := range t.ops[from:to] {
-			if o.kind == replay.Truncate {
+			if o.kind == change.Truncate {
 				for b := range buckets {
 					counts[b]++
 				}
@@ -265,7 +264,7 @@ func splitTxn(txn Txn, t srcTxn, n, buckets int) []Txn {
 		for _, bo := range txn.Ops {
 			if k := counts[bo.Bucket]; k > 0 {
 				c := cursor[bo.Bucket]
-				p.Ops = append(p.Ops, BucketOps{Bucket: bo.Bucket, Ops: bo.Ops[c : c+k]})
+				p.Ops = append(p.Ops, change.BucketOps{Bucket: bo.Bucket, Ops: bo.Ops[c : c+k]})
 				cursor[bo.Bucket] = c + k
 			}
 		}
@@ -286,7 +285,7 @@ func (w *world) peek() bool {
 	return true
 }
 
-func posList(ps []cdc.Position) string {
+func posList(ps []change.Position) string {
 	if len(ps) == 0 {
 		return ""
 	}
@@ -361,8 +360,8 @@ func (w *world) put(fb *fakeBucket, key int64, v version) {
 	fb.undo = append(fb.undo, undoRec{key, v.ts})
 }
 
-func (w *world) apply(fb *fakeBucket, b int, ts uint64, op replay.Op) error {
-	if op.Kind == replay.Truncate {
+func (w *world) apply(fb *fakeBucket, b int, ts uint64, op change.Op) error {
+	if op.Kind == change.Truncate {
 		for _, k := range slices.Sorted(maps.Keys(w.store)) {
 			if int(k)%w.cfg.Buckets == b && w.live(k, ts) {
 				w.put(fb, k, version{ts: ts, dead: true})
@@ -373,16 +372,16 @@ func (w *world) apply(fb *fakeBucket, b int, ts uint64, op replay.Op) error {
 	k := op.Key[0].(int64)
 	live := w.live(k, ts)
 	switch op.Kind {
-	case replay.Insert:
+	case change.Insert:
 		if live {
 			return fmt.Errorf("insert of key %d: live", k)
 		}
-	case replay.Update, replay.Delete:
+	case change.Update, change.Delete:
 		if !live {
 			return fmt.Errorf("%s of key %d: no live row", op.Kind, k)
 		}
 	}
-	if op.Kind == replay.Delete {
+	if op.Kind == change.Delete {
 		w.put(fb, k, version{ts: ts, dead: true})
 	} else {
 		w.put(fb, k, version{ts: ts, val: op.Row[1].(int64)})
@@ -501,7 +500,7 @@ func (w *world) restart(rewind int) error {
 }
 
 // save copies the world's replay state for a checkpoint.
-func (w *world) save(ts uint64, sources []Checkpoint) *saved {
+func (w *world) save(ts uint64, sources []change.Checkpoint) *saved {
 	st := make(map[int64][]version, len(w.store))
 	for k, vs := range w.store {
 		st[k] = slices.Clone(vs)
@@ -548,7 +547,7 @@ func (w *world) crash(rewind int) error {
 	cfg.Start = cp.sources
 	cfg.RedoUpTo = w.core.CommittedOffsets()
 	if len(cfg.Start) == 0 {
-		cfg.Start = []Checkpoint{{}}
+		cfg.Start = []change.Checkpoint{{}}
 	}
 	c, err := New(cfg)
 	if err != nil {
@@ -562,7 +561,7 @@ func (w *world) crash(rewind int) error {
 
 // rewindTo points the source at the first transaction a checkpoint does
 // not cover, rewind transactions earlier.
-func (w *world) rewindTo(sources []Checkpoint, rewind int) {
+func (w *world) rewindTo(sources []change.Checkpoint, rewind int) {
 	resume := int64(0)
 	if len(sources) > 0 {
 		resume = sources[0].Resume["s"]
@@ -618,12 +617,12 @@ func applySource(state map[int64]int64, t srcTxn) (next map[int64]int64, ok bool
 	next, ok = maps.Clone(state), true
 	for _, o := range t.ops {
 		switch {
-		case o.kind == replay.Truncate:
+		case o.kind == change.Truncate:
 			clear(next)
-		case o.kind == invalidOp, o.kind == replay.Insert && hasKey(next, o.key),
-			(o.kind == replay.Update || o.kind == replay.Delete) && !hasKey(next, o.key):
+		case o.kind == invalidOp, o.kind == change.Insert && hasKey(next, o.key),
+			(o.kind == change.Update || o.kind == change.Delete) && !hasKey(next, o.key):
 			ok = false
-		case o.kind == replay.Delete:
+		case o.kind == change.Delete:
 			delete(next, o.key)
 		default:
 			next[o.key] = o.val
@@ -700,14 +699,14 @@ func parseOp(line string) (fakeOp, error) {
 	if len(f) == 0 {
 		return fakeOp{}, errors.New("empty op")
 	}
-	kinds := map[string]replay.OpKind{"invalid": invalidOp, "insert": replay.Insert, "update": replay.Update, "upsert": replay.Upsert,
-		"delete": replay.Delete, "truncate": replay.Truncate}
+	kinds := map[string]change.OpKind{"invalid": invalidOp, "insert": change.Insert, "update": change.Update, "upsert": change.Upsert,
+		"delete": change.Delete, "truncate": change.Truncate}
 	k, ok := kinds[f[0]]
 	if !ok {
 		return fakeOp{}, fmt.Errorf("unknown op %q", f[0])
 	}
 	op := fakeOp{kind: k}
-	if k == replay.Truncate || k == invalidOp {
+	if k == change.Truncate || k == invalidOp {
 		return op, nil
 	}
 	if len(f) != 2 {
@@ -718,7 +717,7 @@ func parseOp(line string) (fakeOp, error) {
 	if op.key, err = strconv.ParseInt(ks, 10, 64); err != nil || op.key < 0 {
 		return op, fmt.Errorf("op %q: bad key", line)
 	}
-	if k != replay.Delete {
+	if k != change.Delete {
 		if !hasVal {
 			return op, fmt.Errorf("op %q: needs a value", line)
 		}

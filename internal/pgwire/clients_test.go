@@ -15,9 +15,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 
 	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/pgtest"
 	"github.com/retinadb/retina/internal/pgwire"
-	"github.com/retinadb/retina/internal/replay"
 	"github.com/retinadb/retina/internal/server"
 	"github.com/retinadb/retina/internal/server/servertest"
 	"github.com/retinadb/retina/internal/types"
@@ -51,7 +51,7 @@ func compatServer(t *testing.T) (host, port string) {
 		{Name: "amount", Type: types.DecimalOf(10, 2)},
 		{Name: "placed", Type: types.Of(types.Timestamp)},
 	}, "oid")
-	var ops []replay.Op
+	var ops []change.Op
 	base := time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC)
 	for i := range 10 {
 		var owner any = fmt.Sprintf("o%d", i%3)
@@ -61,8 +61,8 @@ func compatServer(t *testing.T) (host, port string) {
 		bal, _ := decimal128.FromString(fmt.Sprintf("%d.25", i*100), 12, 2)
 		amt, _ := decimal128.FromString(fmt.Sprintf("%d.50", i*7), 10, 2)
 		ops = append(ops,
-			replay.Op{Table: acct.ID, Kind: replay.Insert, Row: []any{int64(i), owner, bal}},
-			replay.Op{Table: ord.ID, Kind: replay.Insert, Row: []any{int64(i), int64(i % 4), amt, types.TimestampMicros(base.AddDate(0, 0, i).UnixMicro())}})
+			change.Op{Table: acct.ID, Kind: change.Insert, Row: []any{int64(i), owner, bal}},
+			change.Op{Table: ord.ID, Kind: change.Insert, Row: []any{int64(i), int64(i % 4), amt, types.TimestampMicros(base.AddDate(0, 0, i).UnixMicro())}})
 	}
 	servertest.Apply(t, n, ops...)
 	return compatServe(t, n)

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/pgtest"
-	"github.com/retinadb/retina/internal/replay"
 	"github.com/retinadb/retina/internal/server/servertest"
 	"github.com/retinadb/retina/internal/types"
 )
@@ -161,13 +161,13 @@ func TestDifferentialAgainstPostgreSQL(t *testing.T) {
 		}
 		return d
 	}
-	var ops []replay.Op
+	var ops []change.Op
 	for _, r := range rows.accounts {
-		ops = append(ops, replay.Op{Table: acct.ID, Kind: replay.Insert, Row: []any{r[0], r[1], dec(r[2].(string), 12, 2)}})
+		ops = append(ops, change.Op{Table: acct.ID, Kind: change.Insert, Row: []any{r[0], r[1], dec(r[2].(string), 12, 2)}})
 	}
 	for _, r := range rows.orders {
 		placed := r[4].(time.Time)
-		ops = append(ops, replay.Op{Table: ord.ID, Kind: replay.Insert, Row: []any{r[0], r[1], dec(r[2].(string), 10, 2),
+		ops = append(ops, change.Op{Table: ord.ID, Kind: change.Insert, Row: []any{r[0], r[1], dec(r[2].(string), 10, 2),
 			int64(r[3].(int32)), types.TimestampMicros(placed.UnixMicro()), types.DateDays(int32(placed.Unix() / 86400)), r[6], r[7]}})
 	}
 	servertest.Apply(t, n, ops...)

@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/pgwire"
-	"github.com/retinadb/retina/internal/replay"
 	"github.com/retinadb/retina/internal/server"
 	"github.com/retinadb/retina/internal/server/servertest"
 	"github.com/retinadb/retina/internal/types"
@@ -62,8 +62,8 @@ func TestProtocolsAndTypes(t *testing.T) {
 	}, "id")
 	amt, _ := decimal128.FromString("-1234.5", 12, 3)
 	servertest.Apply(t, n,
-		replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{int64(1), amt, "héllo", types.DateDays(19783), types.TimestampMicros(1709290800123456), true, []byte{0, 1, 255}, 0.25}},
-		replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{int64(2), nil, nil, nil, nil, nil, nil, nil}},
+		change.Op{Table: tb.ID, Kind: change.Insert, Row: []any{int64(1), amt, "héllo", types.DateDays(19783), types.TimestampMicros(1709290800123456), true, []byte{0, 1, 255}, 0.25}},
+		change.Op{Table: tb.ID, Kind: change.Insert, Row: []any{int64(2), nil, nil, nil, nil, nil, nil, nil}},
 	)
 	c := connect(t, serve(t, n))
 	ctx := context.Background()
@@ -187,9 +187,9 @@ func TestBankInvariant(t *testing.T) {
 	n := servertest.OpenNodeWith(t, 4096, 16)
 	tb := servertest.CreateTable(t, n, "account", accountCols(), "id")
 	const accounts, start = 50, 1000
-	var load []replay.Op
+	var load []change.Op
 	for i := range accounts {
-		load = append(load, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{int64(i), "o", int64(start)}})
+		load = append(load, change.Op{Table: tb.ID, Kind: change.Insert, Row: []any{int64(i), "o", int64(start)}})
 	}
 	servertest.Apply(t, n, load...)
 	url := serve(t, n)
@@ -219,8 +219,8 @@ func TestBankInvariant(t *testing.T) {
 			bal[i] -= amt
 			bal[j] += amt
 			servertest.Apply(t, n,
-				replay.Op{Table: tb.ID, Kind: replay.Update, Row: []any{int64(i), "o", bal[i]}},
-				replay.Op{Table: tb.ID, Kind: replay.Update, Row: []any{int64(j), "o", bal[j]}})
+				change.Op{Table: tb.ID, Kind: change.Update, Row: []any{int64(i), "o", bal[i]}},
+				change.Op{Table: tb.ID, Kind: change.Update, Row: []any{int64(j), "o", bal[j]}})
 			if transfers.Add(1)%10 == 0 {
 				time.Sleep(4 * time.Millisecond) // pacing only: leave the cores to the readers
 			}
@@ -260,9 +260,9 @@ func TestJoinConsistency(t *testing.T) {
 		{Name: "oid", Type: types.Of(types.Int64)}, {Name: "cid", Type: types.Of(types.Int64)},
 	}, "oid")
 	const customers = 10
-	var load []replay.Op
+	var load []change.Op
 	for i := range customers {
-		load = append(load, replay.Op{Table: cust.ID, Kind: replay.Insert, Row: []any{int64(i), int64(0)}})
+		load = append(load, change.Op{Table: cust.ID, Kind: change.Insert, Row: []any{int64(i), int64(0)}})
 	}
 	servertest.Apply(t, n, load...)
 	url := serve(t, n)
@@ -275,8 +275,8 @@ func TestJoinConsistency(t *testing.T) {
 			c := oid % customers
 			counts[c]++
 			servertest.Apply(t, n,
-				replay.Op{Table: ord.ID, Kind: replay.Insert, Row: []any{oid, c}},
-				replay.Op{Table: cust.ID, Kind: replay.Update, Row: []any{c, counts[c]}})
+				change.Op{Table: ord.ID, Kind: change.Insert, Row: []any{oid, c}},
+				change.Op{Table: cust.ID, Kind: change.Update, Row: []any{c, counts[c]}})
 			if oid%20 == 0 {
 				time.Sleep(2 * time.Millisecond)
 			}

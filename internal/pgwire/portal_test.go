@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
-	"github.com/retinadb/retina/internal/replay"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/server/servertest"
 )
 
@@ -94,9 +94,9 @@ func (c *rawClient) until(last string) string {
 func TestPortalsSuspendAndResume(t *testing.T) {
 	n := servertest.OpenNode(t)
 	tb := servertest.CreateTable(t, n, "account", accountCols(), "id")
-	var ops []replay.Op
+	var ops []change.Op
 	for i := range 5 {
-		ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{int64(i), "o", int64(10)}})
+		ops = append(ops, change.Op{Table: tb.ID, Kind: change.Insert, Row: []any{int64(i), "o", int64(10)}})
 	}
 	servertest.Apply(t, n, ops...)
 	c := dialRaw(t, serve(t, n))
@@ -168,8 +168,8 @@ func TestProtocolEdges(t *testing.T) {
 	n := servertest.OpenNode(t)
 	tb := servertest.CreateTable(t, n, "account", accountCols(), "id")
 	servertest.Apply(t, n,
-		replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{int64(1), "o", int64(10)}},
-		replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{int64(2), "o", int64(10)}})
+		change.Op{Table: tb.ID, Kind: change.Insert, Row: []any{int64(1), "o", int64(10)}},
+		change.Op{Table: tb.ID, Kind: change.Insert, Row: []any{int64(2), "o", int64(10)}})
 	c := dialRaw(t, serve(t, n))
 	sel := "SELECT id FROM account ORDER BY id"
 	for _, step := range []struct {

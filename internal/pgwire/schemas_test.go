@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/retinadb/retina/internal/replay"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/server/servertest"
 )
 
@@ -16,9 +16,9 @@ func TestSchemasKeepTablesApart(t *testing.T) {
 	plain := servertest.CreateTable(t, n, "account", accountCols(), "id")
 	sales := servertest.CreateTable(t, n, "sales.account", accountCols(), "id")
 	servertest.Apply(t, n,
-		replay.Op{Table: plain.ID, Kind: replay.Insert, Row: []any{int64(1), "p", int64(10)}},
-		replay.Op{Table: sales.ID, Kind: replay.Insert, Row: []any{int64(1), "s", int64(20)}},
-		replay.Op{Table: sales.ID, Kind: replay.Insert, Row: []any{int64(2), "s", int64(30)}},
+		change.Op{Table: plain.ID, Kind: change.Insert, Row: []any{int64(1), "p", int64(10)}},
+		change.Op{Table: sales.ID, Kind: change.Insert, Row: []any{int64(1), "s", int64(20)}},
+		change.Op{Table: sales.ID, Kind: change.Insert, Row: []any{int64(2), "s", int64(30)}},
 	)
 	c := connect(t, serve(t, n))
 	ctx := context.Background()

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retinadb/retina/internal/replay"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/server"
 	"github.com/retinadb/retina/internal/server/servertest"
 )
@@ -22,17 +22,17 @@ func TestTimeTravel(t *testing.T) {
 		}
 	}
 	tick(t0)
-	var ops []replay.Op
+	var ops []change.Op
 	for i := range 5 {
-		ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{int64(i), "o", int64(10)}})
+		ops = append(ops, change.Op{Table: tb.ID, Kind: change.Insert, Row: []any{int64(i), "o", int64(10)}})
 	}
 	servertest.Apply(t, n, ops...)
 	tick(t0.Add(time.Second))
 	ops = ops[:0]
 	for i := range 4 {
-		ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Update, Row: []any{int64(i), "o", int64(20)}})
+		ops = append(ops, change.Op{Table: tb.ID, Kind: change.Update, Row: []any{int64(i), "o", int64(20)}})
 	}
-	ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Delete, Key: []any{int64(4)}})
+	ops = append(ops, change.Op{Table: tb.ID, Kind: change.Delete, Key: []any{int64(4)}})
 	servertest.Apply(t, n, ops...)
 	tick(t0.Add(2 * time.Second))
 	// GC runs as hard as it can: the history's pin holds it back.

@@ -15,8 +15,8 @@ import (
 	"github.com/duckdb/duckdb-go/v2"
 
 	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/query"
-	"github.com/retinadb/retina/internal/replay"
 	"github.com/retinadb/retina/internal/server"
 	"github.com/retinadb/retina/internal/server/servertest"
 	"github.com/retinadb/retina/internal/types"
@@ -67,9 +67,9 @@ func TestQueriesSeeSnapshotsJoinsAndSelfJoins(t *testing.T) {
 	n := openNode(t)
 	ctx := context.Background()
 	acct := createTable(t, n, "account", accountCols(), "id")
-	var ops []replay.Op
+	var ops []change.Op
 	for i := range 100 {
-		ops = append(ops, replay.Op{Table: acct.ID, Kind: replay.Insert, Row: []any{int64(i), fmt.Sprintf("o%d", i%7), int64(10)}})
+		ops = append(ops, change.Op{Table: acct.ID, Kind: change.Insert, Row: []any{int64(i), fmt.Sprintf("o%d", i%7), int64(10)}})
 	}
 	apply(t, n, ops...)
 	s, err := n.Engine.NewSession(ctx)
@@ -90,7 +90,7 @@ func TestQueriesSeeSnapshotsJoinsAndSelfJoins(t *testing.T) {
 	// Repeatable read between BEGIN and COMMIT.
 	queryAll(t, s, "BEGIN")
 	before := queryAll(t, s, "SELECT retina_snapshot(), count(*) FROM account")
-	apply(t, n, replay.Op{Table: acct.ID, Kind: replay.Delete, Key: []any{int64(5)}})
+	apply(t, n, change.Op{Table: acct.ID, Kind: change.Delete, Key: []any{int64(5)}})
 	if got := queryAll(t, s, "SELECT retina_snapshot(), count(*) FROM account"); !slices.Equal(got[0], before[0]) {
 		t.Fatalf("inside a read transaction: %v then %v", before, got)
 	}
@@ -187,21 +187,21 @@ func TestOracleEquivalence(t *testing.T) {
 		"SELECT count(*) FROM orders o LEFT JOIN account a ON a.id = o.account_id WHERE a.id IS NULL",
 	}
 	for round := range 25 {
-		var ops []replay.Op
+		var ops []change.Op
 		for range 1 + rng.IntN(30) {
 			id := int64(rng.IntN(60))
 			switch row, live := accounts[id]; {
 			case !live:
 				r := []any{id, fmt.Sprintf("o%d", rng.IntN(5)), int64(rng.IntN(100))}
 				accounts[id] = r
-				ops = append(ops, replay.Op{Table: acct.ID, Kind: replay.Insert, Row: r})
+				ops = append(ops, change.Op{Table: acct.ID, Kind: change.Insert, Row: r})
 			case rng.IntN(3) == 0:
 				delete(accounts, id)
-				ops = append(ops, replay.Op{Table: acct.ID, Kind: replay.Delete, Key: []any{id}})
+				ops = append(ops, change.Op{Table: acct.ID, Kind: change.Delete, Key: []any{id}})
 			default:
 				r := []any{id, row[1], int64(rng.IntN(100))}
 				accounts[id] = r
-				ops = append(ops, replay.Op{Table: acct.ID, Kind: replay.Update, Row: r})
+				ops = append(ops, change.Op{Table: acct.ID, Kind: change.Update, Row: r})
 			}
 			if rng.IntN(2) == 0 {
 				amt := fmt.Sprintf("%d.%02d", rng.IntN(500), rng.IntN(100))
@@ -211,7 +211,7 @@ func TestOracleEquivalence(t *testing.T) {
 				}
 				acc := int64(rng.IntN(60))
 				ords[nextOrder] = [2]any{acc, amt}
-				ops = append(ops, replay.Op{Table: orders.ID, Kind: replay.Insert, Row: []any{nextOrder, acc, num}})
+				ops = append(ops, change.Op{Table: orders.ID, Kind: change.Insert, Row: []any{nextOrder, acc, num}})
 				nextOrder++
 			}
 		}

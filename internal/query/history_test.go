@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retinadb/retina/internal/replay"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/server"
 	"github.com/retinadb/retina/internal/server/servertest"
 )
@@ -21,7 +21,7 @@ func TestHistoryWindowHoldsAndReleasesLWM(t *testing.T) {
 	snapAt := map[time.Duration]uint64{} // the snapshot current at each tick
 	for i := range 40 {
 		at := time.Duration(i) * 500 * time.Millisecond
-		apply(t, n, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{int64(i), "o", int64(i)}})
+		apply(t, n, change.Op{Table: tb.ID, Kind: change.Insert, Row: []any{int64(i), "o", int64(i)}})
 		w, err := n.Txn.Watermarks(ctx)
 		if err != nil {
 			t.Fatal(err)

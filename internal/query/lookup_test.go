@@ -6,8 +6,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/query"
-	"github.com/retinadb/retina/internal/replay"
 	"github.com/retinadb/retina/internal/server"
 	"github.com/retinadb/retina/internal/server/servertest"
 )
@@ -46,18 +46,18 @@ func pointLookupsMatchScans(t *testing.T, n *server.Node) {
 		}
 	}
 	for round := range 21 {
-		var ops []replay.Op
+		var ops []change.Op
 		for range 8 {
 			k := rng.Int64N(40)
 			switch {
 			case !live[k]:
-				ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{k, fmt.Sprintf("o%d", round), int64(round)}})
+				ops = append(ops, change.Op{Table: tb.ID, Kind: change.Insert, Row: []any{k, fmt.Sprintf("o%d", round), int64(round)}})
 				live[k] = true
 			case rng.IntN(3) == 0:
-				ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Delete, Key: []any{k}})
+				ops = append(ops, change.Op{Table: tb.ID, Kind: change.Delete, Key: []any{k}})
 				live[k] = false
 			default:
-				ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Update, Row: []any{k, fmt.Sprintf("u%d", round), int64(round * 10)}})
+				ops = append(ops, change.Op{Table: tb.ID, Kind: change.Update, Row: []any{k, fmt.Sprintf("u%d", round), int64(round * 10)}})
 			}
 		}
 		apply(t, n, ops...)

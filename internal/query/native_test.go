@@ -12,8 +12,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 
 	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/query"
-	"github.com/retinadb/retina/internal/replay"
 	"github.com/retinadb/retina/internal/server"
 	"github.com/retinadb/retina/internal/server/servertest"
 	"github.com/retinadb/retina/internal/types"
@@ -114,7 +114,7 @@ func TestNativeScanMatchesGoScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	for round := range 30 {
-		var ops []replay.Op
+		var ops []change.Op
 		for range 1 + rng.IntN(120) {
 			ids := slices.Collect(func(yield func(int64) bool) {
 				for id := range live {
@@ -128,16 +128,16 @@ func TestNativeScanMatchesGoScan(t *testing.T) {
 				r := everyTypeRow(rng, nextID)
 				live[nextID] = r
 				nextID++
-				ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: r})
+				ops = append(ops, change.Op{Table: tb.ID, Kind: change.Insert, Row: r})
 			case k < 8:
 				id := ids[rng.IntN(len(ids))]
 				r := everyTypeRow(rng, id)
 				live[id] = r
-				ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Update, Row: r})
+				ops = append(ops, change.Op{Table: tb.ID, Kind: change.Update, Row: r})
 			default:
 				id := ids[rng.IntN(len(ids))]
 				delete(live, id)
-				ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Delete, Key: []any{id}})
+				ops = append(ops, change.Op{Table: tb.ID, Kind: change.Delete, Key: []any{id}})
 			}
 			if len(ops) > 40 { // one mirror transaction touches a key once
 				apply(t, n, ops...)
@@ -210,9 +210,9 @@ func TestMostlyDeletedFilesSkipTheNativeReader(t *testing.T) {
 		{Name: "id", Type: types.Of(types.Int64)},
 		{Name: "balance", Type: types.Of(types.Int64)},
 	}, "id")
-	var ops []replay.Op
+	var ops []change.Op
 	for id := range int64(200) {
-		ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{id, id * 10}})
+		ops = append(ops, change.Op{Table: tb.ID, Kind: change.Insert, Row: []any{id, id * 10}})
 	}
 	apply(t, n, ops...)
 	for _, rp := range n.Replayers {
@@ -240,9 +240,9 @@ func TestMostlyDeletedFilesSkipTheNativeReader(t *testing.T) {
 	}
 	del := func(from, to int64) {
 		t.Helper()
-		var ops []replay.Op
+		var ops []change.Op
 		for id := from; id < to; id++ {
-			ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Delete, Key: []any{id}})
+			ops = append(ops, change.Op{Table: tb.ID, Kind: change.Delete, Key: []any{id}})
 		}
 		apply(t, n, ops...)
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 
 	"github.com/retinadb/retina/internal/catalog"
-	"github.com/retinadb/retina/internal/replay"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/server"
 	"github.com/retinadb/retina/internal/server/servertest"
 	"github.com/retinadb/retina/internal/types"
@@ -29,9 +29,9 @@ func BenchmarkScanWriteBuffer(b *testing.B) {
 	}, "id")
 	const rows = 400_000
 	for start := 0; start < rows; start += 10_000 {
-		ops := make([]replay.Op, 0, 10_000)
+		ops := make([]change.Op, 0, 10_000)
 		for i := start; i < start+10_000; i++ {
-			ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Insert,
+			ops = append(ops, change.Op{Table: tb.ID, Kind: change.Insert,
 				Row: []any{int64(i), decimal128.FromI64(int64(i % 100000)), fmt.Sprintf("k%d", i%4), float64(i%1000) / 10, i%10 == 0}})
 		}
 		apply(b, n, ops...)
@@ -47,9 +47,9 @@ func BenchmarkScanWriteBuffer(b *testing.B) {
 			queryAll(b, s, q)
 		}
 	})
-	var ops []replay.Op
+	var ops []change.Op
 	for i := 0; i < rows; i += 100 { // 1% deleted
-		ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Delete, Key: []any{int64(i)}})
+		ops = append(ops, change.Op{Table: tb.ID, Kind: change.Delete, Key: []any{int64(i)}})
 	}
 	apply(b, n, ops...)
 	b.Run("deletes", func(b *testing.B) {

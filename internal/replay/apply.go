@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/index"
 	"github.com/retinadb/retina/internal/types"
 )
@@ -15,7 +16,7 @@ type Batch struct {
 	// Bucket is the bucket the operations belong to, of Buckets in all; a
 	// truncate deletes the rows of its table whose keys hash to Bucket.
 	Bucket, Buckets int
-	Ops             []Op
+	Ops             []change.Op
 	// Stable says every mirror transaction below it has committed: the
 	// bucket's undo records below it are dropped.
 	Stable uint64
@@ -23,7 +24,7 @@ type Batch struct {
 
 // step is one operation on its way through Apply.
 type step struct {
-	op       *Op
+	op       *change.Op
 	st       *tableState
 	oldKey   index.Key // delete, update
 	newKey   index.Key // insert, update, upsert
@@ -89,10 +90,10 @@ func (r *Replayer) applyOps(ctx context.Context, u *undoLog, b Batch) error {
 }
 
 // applyResolved applies operations whose rows are named by key.
-func (r *Replayer) applyResolved(ctx context.Context, u *undoLog, b Batch, ops []Op) error {
+func (r *Replayer) applyResolved(ctx context.Context, u *undoLog, b Batch, ops []change.Op) error {
 	for start := 0; start < len(ops); {
 		end := start
-		for end < len(ops) && ops[end].Kind != Truncate && (end == start || len(ops[end].Unchanged) == 0) {
+		for end < len(ops) && ops[end].Kind != change.Truncate && (end == start || len(ops[end].Unchanged) == 0) {
 			end++
 		}
 		if len(ops[start].Unchanged) > 0 { // its row reads what came before it
@@ -105,7 +106,7 @@ func (r *Replayer) applyResolved(ctx context.Context, u *undoLog, b Batch, ops [
 				return err
 			}
 		}
-		if end < len(ops) && ops[end].Kind == Truncate { // a truncate sees everything before it applied
+		if end < len(ops) && ops[end].Kind == change.Truncate { // a truncate sees everything before it applied
 			if err := r.truncate(ctx, u, b, &ops[end]); err != nil {
 				return err
 			}
@@ -119,7 +120,7 @@ func (r *Replayer) applyResolved(ctx context.Context, u *undoLog, b Batch, ops [
 // fillUnchanged completes an update's after image with the columns it
 // keeps, read from the version the primary index points to now: the
 // operations before it in the bucket are applied, committed or not.
-func (r *Replayer) fillUnchanged(ctx context.Context, op *Op) error {
+func (r *Replayer) fillUnchanged(ctx context.Context, op *change.Op) error {
 	fail := func(err error) error {
 		name := fmt.Sprint(op.Table)
 		if st, terr := r.table(op.Table); terr == nil {
@@ -127,7 +128,7 @@ func (r *Replayer) fillUnchanged(ctx context.Context, op *Op) error {
 		}
 		return &OpError{Table: name, Kind: op.Kind, TS: op.TS, Key: op.Key, Err: err}
 	}
-	if op.Kind != Update {
+	if op.Kind != change.Update {
 		return fail(fmt.Errorf("%s cannot keep unchanged columns", op.Kind))
 	}
 	st, err := r.table(op.Table)
@@ -192,7 +193,7 @@ func (sc *runScratch) stepsFor(n int) []step {
 // applyRun applies operations without truncates, phase by phase: resolve
 // keys, append new versions, check and write the primary index, then delete
 // replaced versions and write secondary indexes.
-func (r *Replayer) applyRun(ctx context.Context, u *undoLog, ops []Op) error {
+func (r *Replayer) applyRun(ctx context.Context, u *undoLog, ops []change.Op) error {
 	sc, _ := r.runs.Get().(*runScratch)
 	if sc == nil {
 		sc = &runScratch{}
@@ -249,7 +250,7 @@ func (r *Replayer) applyRun(ctx context.Context, u *undoLog, ops []Op) error {
 			// Every version written is undoable, also past the failure.
 			u.add(undoRecord{kind: undoIndex, ts: mu.TS, key: mu.Key, row: mu.RowID})
 			s.oldRows[j] = mu.Old
-			if s.op.Kind == Upsert {
+			if s.op.Kind == change.Upsert {
 				s.replaced = mu.Live
 			}
 		}
@@ -263,11 +264,11 @@ func (r *Replayer) applyRun(ctx context.Context, u *undoLog, ops []Op) error {
 			break
 		}
 		switch s.op.Kind {
-		case Insert:
+		case change.Insert:
 			r.inserts.Add(1)
-		case Delete:
+		case change.Delete:
 			r.deletes.Add(1)
-		case Update, Upsert:
+		case change.Update, change.Upsert:
 			r.updates.Add(1)
 		}
 	}
@@ -331,23 +332,23 @@ func (r *Replayer) prepare(s *step) error {
 			return key(op.Key)
 		case op.Before != nil && len(op.Before) == len(st.cols):
 			return key(pick(op.Before, st.keys))
-		case op.Kind == Update && op.Row != nil:
+		case op.Kind == change.Update && op.Row != nil:
 			return key(pick(op.Row, st.keys))
 		}
 		return index.Key{}, fmt.Errorf("%s without a key or before image", op.Kind)
 	}
-	if len(st.sec) > 0 && (op.Kind == Delete || op.Kind == Update) && (op.Before == nil || len(op.Before) != len(st.cols)) {
+	if len(st.sec) > 0 && (op.Kind == change.Delete || op.Kind == change.Update) && (op.Before == nil || len(op.Before) != len(st.cols)) {
 		return fmt.Errorf("table %s has secondary indexes: %s needs the full before image", st.table.Name, op.Kind)
 	}
 	switch op.Kind {
-	case Insert, Upsert:
+	case change.Insert, change.Upsert:
 		if err := needRow(); err != nil {
 			return err
 		}
 		s.newKey, err = key(pick(op.Row, st.keys))
-	case Delete:
+	case change.Delete:
 		s.oldKey, err = oldKey()
-	case Update:
+	case change.Update:
 		if err := needRow(); err != nil {
 			return err
 		}
@@ -363,7 +364,7 @@ func (r *Replayer) prepare(s *step) error {
 }
 
 // appends reports whether a step writes a new version.
-func (s *step) appends() bool { return s.op.Kind != Delete }
+func (s *step) appends() bool { return s.op.Kind != change.Delete }
 
 // appendRows writes the new versions, grouping consecutive operations of one
 // table and timestamp into one append. A bad row (wrong type, NULL in a NOT
@@ -443,11 +444,11 @@ func (r *Replayer) mutations(muts []index.Mutation, steps []step) []index.Mutati
 		s := &steps[i]
 		ts := s.op.TS
 		switch {
-		case s.op.Kind == Insert:
+		case s.op.Kind == change.Insert:
 			add(s, 0, index.Mutation{Key: s.newKey, TS: ts, Kind: index.Insert, RowID: s.newRow})
-		case s.op.Kind == Upsert:
+		case s.op.Kind == change.Upsert:
 			add(s, 0, index.Mutation{Key: s.newKey, TS: ts, Kind: index.Upsert, RowID: s.newRow})
-		case s.op.Kind == Delete:
+		case s.op.Kind == change.Delete:
 			add(s, 0, index.Mutation{Key: s.oldKey, TS: ts, Kind: index.Delete})
 		case s.moved:
 			add(s, 0, index.Mutation{Key: s.oldKey, TS: ts, Kind: index.Delete})
@@ -466,7 +467,7 @@ func (r *Replayer) finish(u *undoLog, s *step, sec *index.Batch, written *[]inde
 	// Deletes, updates (moving the key or not) and upserts of a live key
 	// replaced the row in slot 0.
 	old := s.oldRows[0]
-	hasOld := s.op.Kind == Delete || s.op.Kind == Update || s.replaced
+	hasOld := s.op.Kind == change.Delete || s.op.Kind == change.Update || s.replaced
 	if s.replaced && len(s.st.sec) > 0 {
 		return fmt.Errorf("table %s has secondary indexes: a snapshot read of a key that already exists needs the old row's before image", s.st.table.Name)
 	}
@@ -500,7 +501,7 @@ func (r *Replayer) finish(u *undoLog, s *step, sec *index.Batch, written *[]inde
 // truncate deletes every row of the table whose key belongs to the batch's
 // bucket and is live at the operation's timestamp, earlier operations of the
 // same transaction included.
-func (r *Replayer) truncate(ctx context.Context, u *undoLog, b Batch, op *Op) error {
+func (r *Replayer) truncate(ctx context.Context, u *undoLog, b Batch, op *change.Op) error {
 	s := &step{op: op}
 	st, err := r.table(op.Table)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/index"
 	"github.com/retinadb/retina/internal/types"
 )
@@ -37,7 +38,7 @@ type contentRows struct {
 // key columns of its Row and Before). When one names no live row it returns
 // that operation's index with an *OpError; the operations before it are
 // resolved.
-func (r *Replayer) resolveContent(ctx context.Context, ops []Op) (int, error) {
+func (r *Replayer) resolveContent(ctx context.Context, ops []change.Op) (int, error) {
 	tables := map[uint32][]*contentRows{} // one per set of compared columns
 	for i := range ops {
 		op := &ops[i]
@@ -92,7 +93,7 @@ func (r *Replayer) resolveContent(ctx context.Context, ops []Op) (int, error) {
 }
 
 // contentFor is the follower that compares the columns op compares.
-func contentFor(crs []*contentRows, op *Op) *contentRows {
+func contentFor(crs []*contentRows, op *change.Op) *contentRows {
 	for _, cr := range crs {
 		if cr.skips(op) {
 			return cr
@@ -102,7 +103,7 @@ func contentFor(crs []*contentRows, op *Op) *contentRows {
 }
 
 // skips says whether cr compares exactly the columns op does.
-func (cr *contentRows) skips(op *Op) bool {
+func (cr *contentRows) skips(op *change.Op) bool {
 	for _, c := range op.Unmatched {
 		if !slices.Contains(cr.skip, c) {
 			return false
@@ -118,7 +119,7 @@ func (cr *contentRows) skips(op *Op) bool {
 
 // loadContent reads the table's live rows whose content a ByContent
 // operation of the batch compared as cr compares asks for.
-func (r *Replayer) loadContent(ctx context.Context, cr *contentRows, ops []Op, table uint32, snapshot uint64) error {
+func (r *Replayer) loadContent(ctx context.Context, cr *contentRows, ops []change.Op, table uint32, snapshot uint64) error {
 	wanted := map[string]bool{}
 	for i := range ops {
 		if op := &ops[i]; op.Table == table && op.ByContent && cr.skips(op) {
@@ -144,7 +145,7 @@ func (r *Replayer) loadContent(ctx context.Context, cr *contentRows, ops []Op, t
 
 // find sets the key of an operation that names its row by content: the
 // smallest key among the live rows with that content.
-func (cr *contentRows) find(op *Op) error {
+func (cr *contentRows) find(op *change.Op) error {
 	c, err := cr.content(op.Before)
 	if err != nil {
 		return err
@@ -156,25 +157,25 @@ func (cr *contentRows) find(op *Op) error {
 	k := slices.MinFunc(keys, func(a, b string) int { return bytes.Compare([]byte(a), []byte(b)) })
 	op.Key = slices.Clone(cr.keyVals[k])
 	op.Before = cr.withKey(op.Before, op.Key)
-	if op.Kind == Update {
+	if op.Kind == change.Update {
 		op.Row = cr.withKey(op.Row, op.Key)
 	}
 	return nil
 }
 
 // follow applies one operation, its key known, to the followed rows.
-func (cr *contentRows) follow(r *Replayer, op *Op) error {
+func (cr *contentRows) follow(r *Replayer, op *change.Op) error {
 	switch op.Kind {
-	case Insert, Upsert:
+	case change.Insert, change.Upsert:
 		return cr.replace(r, op.Row)
-	case Update:
+	case change.Update:
 		if op.Key != nil {
 			if err := cr.drop(r, op.Key); err != nil {
 				return err
 			}
 		}
 		return cr.replace(r, op.Row)
-	case Delete:
+	case change.Delete:
 		key := op.Key
 		if key == nil {
 			if len(op.Before) != len(cr.st.cols) {
@@ -183,7 +184,7 @@ func (cr *contentRows) follow(r *Replayer, op *Op) error {
 			key = pick(op.Before, cr.st.keys)
 		}
 		return cr.drop(r, key)
-	case Truncate:
+	case change.Truncate:
 		clear(cr.byContent)
 		clear(cr.contentOf)
 		clear(cr.keyVals)

@@ -17,6 +17,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 
 	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/index"
 	"github.com/retinadb/retina/internal/lake"
 	"github.com/retinadb/retina/internal/replay"
@@ -120,7 +121,7 @@ func values(id int64, r row) []any {
 }
 
 // one applies a batch of one bucket (of one).
-func (e *env) apply(ctx context.Context, stable uint64, ops ...replay.Op) error {
+func (e *env) apply(ctx context.Context, stable uint64, ops ...change.Op) error {
 	return e.rp.Apply(ctx, replay.Batch{Bucket: 0, Buckets: 1, Ops: ops, Stable: stable})
 }
 
@@ -145,7 +146,7 @@ func TestModelBased(t *testing.T) {
 			rollbacks := 0
 			for ts := uint64(1); ts <= 600; {
 				first := ts
-				var ops []replay.Op
+				var ops []change.Op
 				work := maps.Clone(state)
 				states := []map[int64]row{} // after each transaction of the batch
 				badTS := uint64(0)
@@ -221,7 +222,7 @@ func TestModelBased(t *testing.T) {
 }
 
 // randomOp makes one good operation against work and applies it there.
-func randomOp(rng *rand.Rand, table uint32, ts uint64, work map[int64]row, nextID *int64) replay.Op {
+func randomOp(rng *rand.Rand, table uint32, ts uint64, work map[int64]row, nextID *int64) change.Op {
 	keys := slices.Sorted(maps.Keys(work))
 	newRow := func() row { return row{int64(rng.IntN(4)), rng.Int64N(1000), []any{nil, "n"}[rng.IntN(2)]} }
 	switch k := rng.IntN(40); {
@@ -230,7 +231,7 @@ func randomOp(rng *rand.Rand, table uint32, ts uint64, work map[int64]row, nextI
 		*nextID++
 		r := newRow()
 		work[id] = r
-		return replay.Op{TS: ts, Table: table, Kind: replay.Insert, Row: values(id, r)}
+		return change.Op{TS: ts, Table: table, Kind: change.Insert, Row: values(id, r)}
 	case k < 17: // a snapshot read: a key that exists or not
 		id := keys[rng.IntN(len(keys))]
 		if rng.IntN(2) == 0 {
@@ -239,13 +240,13 @@ func randomOp(rng *rand.Rand, table uint32, ts uint64, work map[int64]row, nextI
 		}
 		r := newRow()
 		work[id] = r
-		return replay.Op{TS: ts, Table: table, Kind: replay.Upsert, Row: values(id, r)}
+		return change.Op{TS: ts, Table: table, Kind: change.Upsert, Row: values(id, r)}
 	case k < 27:
 		id := keys[rng.IntN(len(keys))]
 		r := work[id]
 		r.balance = rng.Int64N(1000)
 		work[id] = r
-		return replay.Op{TS: ts, Table: table, Kind: replay.Update, Row: values(id, r)}
+		return change.Op{TS: ts, Table: table, Kind: change.Update, Row: values(id, r)}
 	case k < 31: // primary-key change
 		id := keys[rng.IntN(len(keys))]
 		r := work[id]
@@ -253,30 +254,30 @@ func randomOp(rng *rand.Rand, table uint32, ts uint64, work map[int64]row, nextI
 		nid := *nextID
 		*nextID++
 		work[nid] = r
-		return replay.Op{TS: ts, Table: table, Kind: replay.Update, Key: []any{id}, Row: values(nid, r)}
+		return change.Op{TS: ts, Table: table, Kind: change.Update, Key: []any{id}, Row: values(nid, r)}
 	case k < 39:
 		id := keys[rng.IntN(len(keys))]
 		delete(work, id)
-		return replay.Op{TS: ts, Table: table, Kind: replay.Delete, Key: []any{id}}
+		return change.Op{TS: ts, Table: table, Kind: change.Delete, Key: []any{id}}
 	default:
 		clear(work)
-		return replay.Op{TS: ts, Table: table, Kind: replay.Truncate}
+		return change.Op{TS: ts, Table: table, Kind: change.Truncate}
 	}
 }
 
 // badOp makes an operation that cannot be applied to work.
-func badOp(rng *rand.Rand, table uint32, ts uint64, work map[int64]row) replay.Op {
+func badOp(rng *rand.Rand, table uint32, ts uint64, work map[int64]row) change.Op {
 	keys := slices.Sorted(maps.Keys(work))
 	switch k := rng.IntN(4); {
 	case k == 0 && len(keys) > 0: // insert of a live key
 		id := keys[rng.IntN(len(keys))]
-		return replay.Op{TS: ts, Table: table, Kind: replay.Insert, Row: values(id, row{0, 1, nil})}
+		return change.Op{TS: ts, Table: table, Kind: change.Insert, Row: values(id, row{0, 1, nil})}
 	case k == 1: // update of a key that does not exist
-		return replay.Op{TS: ts, Table: table, Kind: replay.Update, Row: values(-1, row{0, 1, nil})}
+		return change.Op{TS: ts, Table: table, Kind: change.Update, Row: values(-1, row{0, 1, nil})}
 	case k == 2: // a value of the wrong type
-		return replay.Op{TS: ts, Table: table, Kind: replay.Insert, Row: []any{int64(-2), "not a number", int64(1), nil}}
+		return change.Op{TS: ts, Table: table, Kind: change.Insert, Row: []any{int64(-2), "not a number", int64(1), nil}}
 	}
-	return replay.Op{TS: ts, Table: table, Kind: replay.Delete, Key: []any{int64(-3)}}
+	return change.Op{TS: ts, Table: table, Kind: change.Delete, Key: []any{int64(-3)}}
 }
 
 // TestOrderingAndErrors: an insert then a delete of one key in one
@@ -287,11 +288,11 @@ func TestOrderingAndErrors(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, "memory", 16, 4)
 	tid := e.table.ID
-	ops := []replay.Op{
-		{TS: 1, Table: tid, Kind: replay.Insert, Row: []any{int64(1), int64(0), int64(5), nil}},
-		{TS: 1, Table: tid, Kind: replay.Delete, Key: []any{int64(1)}},
-		{TS: 1, Table: tid, Kind: replay.Insert, Row: []any{int64(2), int64(0), int64(7), nil}},
-		{TS: 1, Table: tid, Kind: replay.Update, Row: []any{int64(2), int64(0), int64(8), "x"}},
+	ops := []change.Op{
+		{TS: 1, Table: tid, Kind: change.Insert, Row: []any{int64(1), int64(0), int64(5), nil}},
+		{TS: 1, Table: tid, Kind: change.Delete, Key: []any{int64(1)}},
+		{TS: 1, Table: tid, Kind: change.Insert, Row: []any{int64(2), int64(0), int64(7), nil}},
+		{TS: 1, Table: tid, Kind: change.Update, Row: []any{int64(2), int64(0), int64(8), "x"}},
 	}
 	if err := e.apply(ctx, 1, ops...); err != nil {
 		t.Fatal(err)
@@ -301,22 +302,22 @@ func TestOrderingAndErrors(t *testing.T) {
 	}
 	var oe *replay.OpError
 	err := e.apply(ctx, 2,
-		replay.Op{TS: 2, Table: tid, Kind: replay.Insert, Row: []any{int64(3), int64(0), int64(1), nil}},
-		replay.Op{TS: 2, Table: tid, Kind: replay.Insert, Row: []any{int64(2), int64(0), int64(1), nil}})
+		change.Op{TS: 2, Table: tid, Kind: change.Insert, Row: []any{int64(3), int64(0), int64(1), nil}},
+		change.Op{TS: 2, Table: tid, Kind: change.Insert, Row: []any{int64(2), int64(0), int64(1), nil}})
 	if !errors.As(err, &oe) || !errors.Is(err, index.ErrConflict) || oe.TS != 2 || oe.Table != "account" {
 		t.Fatalf("insert of a live key: %v", err)
 	}
 	if err := e.rp.Rollback(ctx, 0, 2); err != nil {
 		t.Fatal(err)
 	}
-	err = e.apply(ctx, 3, replay.Op{TS: 3, Table: tid, Kind: replay.Delete, Key: []any{int64(99)}})
+	err = e.apply(ctx, 3, change.Op{TS: 3, Table: tid, Kind: change.Delete, Key: []any{int64(99)}})
 	if !errors.As(err, &oe) || fmt.Sprint(oe.Key) != "[99]" {
 		t.Fatalf("delete of a missing key: %v", err)
 	}
 	if err := e.rp.Rollback(ctx, 0, 3); err != nil {
 		t.Fatal(err)
 	}
-	err = e.apply(ctx, 4, replay.Op{TS: 4, Table: tid, Kind: replay.Insert, Row: []any{"bad", int64(0), int64(1), nil}})
+	err = e.apply(ctx, 4, change.Op{TS: 4, Table: tid, Kind: change.Insert, Row: []any{"bad", int64(0), int64(1), nil}})
 	if !errors.Is(err, replay.ErrOp) {
 		t.Fatalf("type mismatch: %v", err)
 	}
@@ -330,7 +331,7 @@ func TestOrderingAndErrors(t *testing.T) {
 			t.Fatalf("snapshot %d after rejected ops: %v", s, got)
 		}
 	}
-	if err := e.apply(ctx, 5, replay.Op{TS: 5, Table: tid, Kind: replay.Insert, Row: []any{int64(3), int64(0), int64(4), nil}}); err != nil {
+	if err := e.apply(ctx, 5, change.Op{TS: 5, Table: tid, Kind: change.Insert, Row: []any{int64(3), int64(0), int64(4), nil}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.read(t, 5); len(got) != 2 || got[3].balance != 4 {
@@ -358,10 +359,10 @@ func TestConcurrentBucketsReadersAndFlush(t *testing.T) {
 	// Load: one transaction per bucket.
 	for b := range buckets {
 		r, _ := svc.BeginMirror(ctx, 1)
-		var ops []replay.Op
+		var ops []change.Op
 		for i := range perBucket {
 			id := int64(b*1000 + i)
-			ops = append(ops, replay.Op{TS: r.First, Table: e.table.ID, Kind: replay.Insert, Row: []any{id, int64(b), int64(start), nil}})
+			ops = append(ops, change.Op{TS: r.First, Table: e.table.ID, Kind: change.Insert, Row: []any{id, int64(b), int64(start), nil}})
 		}
 		if err := e.rp.Apply(ctx, replay.Batch{Bucket: b, Buckets: buckets, Ops: ops}); err != nil {
 			t.Fatal(err)
@@ -392,9 +393,9 @@ func TestConcurrentBucketsReadersAndFlush(t *testing.T) {
 				amt := rng.Int64N(10)
 				bal[i] -= amt
 				bal[j] += amt
-				ops := []replay.Op{
-					{TS: r.First, Table: e.table.ID, Kind: replay.Update, Row: []any{int64(b*1000 + i), int64(b), bal[i], nil}},
-					{TS: r.First, Table: e.table.ID, Kind: replay.Update, Row: []any{int64(b*1000 + j), int64(b), bal[j], "moved"}},
+				ops := []change.Op{
+					{TS: r.First, Table: e.table.ID, Kind: change.Update, Row: []any{int64(b*1000 + i), int64(b), bal[i], nil}},
+					{TS: r.First, Table: e.table.ID, Kind: change.Update, Row: []any{int64(b*1000 + j), int64(b), bal[j], "moved"}},
 				}
 				if err := e.rp.Apply(ctx, replay.Batch{Bucket: b, Buckets: buckets, Ops: ops}); err != nil {
 					t.Error(err)
@@ -476,9 +477,9 @@ func TestWidenWhileOtherBucketsApply(t *testing.T) {
 				return
 			default:
 			}
-			ops := make([]replay.Op, 8)
+			ops := make([]change.Op, 8)
 			for i := range ops {
-				ops[i] = replay.Op{TS: ts.Add(1), Table: e.table.ID, Kind: replay.Insert, Row: []any{id*10 + int64(i), int64(1), int64(1), nil}}
+				ops[i] = change.Op{TS: ts.Add(1), Table: e.table.ID, Kind: change.Insert, Row: []any{id*10 + int64(i), int64(1), int64(1), nil}}
 			}
 			if err := e.rp.Apply(ctx, replay.Batch{Bucket: 1, Buckets: 2, Ops: ops}); err != nil {
 				t.Errorf("narrow rows after %d: %v", narrowRows, err)
@@ -496,8 +497,8 @@ func TestWidenWhileOtherBucketsApply(t *testing.T) {
 		for range k + 1 {
 			row = append(row, int64(k))
 		}
-		op := replay.Op{TS: ts.Add(1), Table: tb.ID, Kind: replay.Insert, Row: row}
-		if err := e.rp.Apply(ctx, replay.Batch{Bucket: 0, Buckets: 2, Ops: []replay.Op{op}}); err != nil {
+		op := change.Op{TS: ts.Add(1), Table: tb.ID, Kind: change.Insert, Row: row}
+		if err := e.rp.Apply(ctx, replay.Batch{Bucket: 0, Buckets: 2, Ops: []change.Op{op}}); err != nil {
 			t.Fatalf("row of %d columns: %v", len(row), err)
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/retinadb/retina/internal/catalog"
-	"github.com/retinadb/retina/internal/replay"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/scan"
 	"github.com/retinadb/retina/internal/server/servertest"
 	"github.com/retinadb/retina/internal/types"
@@ -20,12 +20,12 @@ import (
 func TestSmallScanBuildsASmallBitmap(t *testing.T) {
 	n := servertest.OpenNodeWith(t, 8192, 128)
 	tb := servertest.CreateTable(t, n, "small", []catalog.Column{{Name: "id", Type: types.Of(types.Int64)}}, "id")
-	var ops []replay.Op
+	var ops []change.Op
 	for i := range 10 {
-		ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{int64(i)}})
+		ops = append(ops, change.Op{Table: tb.ID, Kind: change.Insert, Row: []any{int64(i)}})
 	}
 	servertest.Apply(t, n, ops...)
-	servertest.Apply(t, n, replay.Op{Table: tb.ID, Kind: replay.Delete, Key: []any{int64(3)}}, replay.Op{Table: tb.ID, Kind: replay.Delete, Key: []any{int64(7)}})
+	servertest.Apply(t, n, change.Op{Table: tb.ID, Kind: change.Delete, Key: []any{int64(3)}}, change.Op{Table: tb.ID, Kind: change.Delete, Key: []any{int64(7)}})
 	ctx := context.Background()
 	w, err := n.Txn.Watermarks(ctx)
 	if err != nil {
@@ -58,19 +58,19 @@ func TestDeadBlocksAndGroupsAreNotRead(t *testing.T) {
 	// (a full file could be combined before the first scan).
 	n := servertest.OpenNodeWith(t, 16, 128)
 	tb := servertest.CreateTable(t, n, "history", []catalog.Column{{Name: "id", Type: types.Of(types.Int64)}}, "id")
-	var ops []replay.Op
+	var ops []change.Op
 	for i := range 1024 {
-		ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{int64(i)}})
+		ops = append(ops, change.Op{Table: tb.ID, Kind: change.Insert, Row: []any{int64(i)}})
 	}
 	servertest.Apply(t, n, ops...)
 	ops = ops[:0]
 	for i := range 1024 {
-		ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Delete, Key: []any{int64(i)}})
+		ops = append(ops, change.Op{Table: tb.ID, Kind: change.Delete, Key: []any{int64(i)}})
 	}
 	servertest.Apply(t, n, ops...)
 	ops = ops[:0]
 	for i := 1024; i < 1536; i++ {
-		ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{int64(i)}})
+		ops = append(ops, change.Op{Table: tb.ID, Kind: change.Insert, Row: []any{int64(i)}})
 	}
 	servertest.Apply(t, n, ops...)
 	ctx := context.Background()

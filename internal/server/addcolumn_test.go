@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/retinadb/retina/internal/catalog"
-	"github.com/retinadb/retina/internal/replay"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/server"
 	"github.com/retinadb/retina/internal/server/servertest"
 	"github.com/retinadb/retina/internal/types"
@@ -37,11 +37,11 @@ func TestAddedColumnReadsNullInOlderData(t *testing.T) {
 		{Name: "name", Type: types.Of(types.String), Nullable: true},
 	}, "id")
 	want := map[int64]player{}
-	var ops []replay.Op
+	var ops []change.Op
 	for id := range int64(300) { // two full files and one filling
 		name := fmt.Sprintf("p%d", id)
 		want[id] = player{name, "NULL"}
-		ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{id, name}})
+		ops = append(ops, change.Op{Table: tb.ID, Kind: change.Insert, Row: []any{id, name}})
 	}
 	servertest.Apply(t, n, ops...)
 	waitRegular(t, n, tb.ID, 2)
@@ -55,12 +55,12 @@ func TestAddedColumnReadsNullInOlderData(t *testing.T) {
 	checkPlayers(t, n, want, "added, nothing written since")
 
 	// One transaction: an operation shaped before the change, then wide ones.
-	ops = []replay.Op{
-		{Table: tb.ID, Kind: replay.Insert, Row: []any{int64(300), "old shape"}},
-		{Table: tb.ID, Kind: replay.Insert, Row: []any{int64(301), "new", int64(7)}},
-		{Table: tb.ID, Kind: replay.Update, Row: []any{int64(5), "p5", int64(50)}},       // in a combined file
-		{Table: tb.ID, Kind: replay.Update, Row: []any{int64(299), "p299", int64(2990)}}, // in the filling file
-		{Table: tb.ID, Kind: replay.Update, Row: []any{int64(6), "renamed"}},             // old shape: score stays NULL
+	ops = []change.Op{
+		{Table: tb.ID, Kind: change.Insert, Row: []any{int64(300), "old shape"}},
+		{Table: tb.ID, Kind: change.Insert, Row: []any{int64(301), "new", int64(7)}},
+		{Table: tb.ID, Kind: change.Update, Row: []any{int64(5), "p5", int64(50)}},       // in a combined file
+		{Table: tb.ID, Kind: change.Update, Row: []any{int64(299), "p299", int64(2990)}}, // in the filling file
+		{Table: tb.ID, Kind: change.Update, Row: []any{int64(6), "renamed"}},             // old shape: score stays NULL
 	}
 	want[300] = player{"old shape", "NULL"}
 	want[301] = player{"new", "7"}
@@ -68,7 +68,7 @@ func TestAddedColumnReadsNullInOlderData(t *testing.T) {
 	want[299] = player{"p299", "2990"}
 	want[6] = player{"renamed", "NULL"}
 	for id := int64(10); id < 120; id++ { // most of the first file: storage GC rewrites it
-		ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Delete, Key: []any{id}})
+		ops = append(ops, change.Op{Table: tb.ID, Kind: change.Delete, Key: []any{id}})
 		delete(want, id)
 	}
 	servertest.Apply(t, n, ops...)
@@ -77,7 +77,7 @@ func TestAddedColumnReadsNullInOlderData(t *testing.T) {
 	ops = nil
 	for id := int64(400); id < 700; id++ { // files written whole with the new column
 		want[id] = player{fmt.Sprintf("p%d", id), fmt.Sprint(id % 3)}
-		ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{id, fmt.Sprintf("p%d", id), id % 3}})
+		ops = append(ops, change.Op{Table: tb.ID, Kind: change.Insert, Row: []any{id, fmt.Sprintf("p%d", id), id % 3}})
 	}
 	servertest.Apply(t, n, ops...)
 	waitRegular(t, n, tb.ID, 4)
@@ -102,8 +102,8 @@ func TestAddedColumnReadsNullInOlderData(t *testing.T) {
 	checkPlayers(t, n, want, "after a restart")
 
 	servertest.Apply(t, n,
-		replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{int64(800), "old shape again"}},
-		replay.Op{Table: tb.ID, Kind: replay.Update, Row: []any{int64(301), "new", int64(8)}})
+		change.Op{Table: tb.ID, Kind: change.Insert, Row: []any{int64(800), "old shape again"}},
+		change.Op{Table: tb.ID, Kind: change.Update, Row: []any{int64(301), "new", int64(8)}})
 	want[800] = player{"old shape again", "NULL"}
 	want[301] = player{"new", "8"}
 	checkPlayers(t, n, want, "written after the restart")

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/index"
 	"github.com/retinadb/retina/internal/replay"
 	"github.com/retinadb/retina/internal/server/servertest"
@@ -108,7 +109,7 @@ func TestRowsFoundByContentModel(t *testing.T) {
 		}
 		work := cloneHist(model)
 		var states []map[histKey]histRow // the model after each transaction
-		var ops []replay.Op
+		var ops []change.Op
 		for i := range txns {
 			ts := rg.First + uint64(i)
 			seq++
@@ -121,23 +122,23 @@ func TestRowsFoundByContentModel(t *testing.T) {
 				slices.SortFunc(live, func(x, y histKey) int { return slices.Compare(x[:], y[:]) })
 				switch p := rng.IntN(100); {
 				case p < 3:
-					ops = append(ops, replay.Op{TS: ts, Table: tb.ID, Kind: replay.Truncate})
+					ops = append(ops, change.Op{TS: ts, Table: tb.ID, Kind: change.Truncate})
 					clear(work)
 				case p < 8: // names a row that does not exist
 					r := randRow()
 					r.a = 99
 					b, un := before(r, withGone)
-					ops = append(ops, replay.Op{TS: ts, Table: tb.ID, Kind: replay.Delete, Before: b, Unmatched: un, ByContent: true})
+					ops = append(ops, change.Op{TS: ts, Table: tb.ID, Kind: change.Delete, Before: b, Unmatched: un, ByContent: true})
 				case p < 45 || len(live) == 0:
 					k, r := histKey{seq, int64(j)}, randRow()
-					ops = append(ops, replay.Op{TS: ts, Table: tb.ID, Kind: replay.Insert, Row: r.values(k)})
+					ops = append(ops, change.Op{TS: ts, Table: tb.ID, Kind: change.Insert, Row: r.values(k)})
 					work[k] = r
 				default:
 					target := work[live[rng.IntN(len(live))]]
 					k, _ := find(work, target, withGone)
 					b, un := before(target, withGone)
 					if rng.IntN(2) == 0 {
-						ops = append(ops, replay.Op{TS: ts, Table: tb.ID, Kind: replay.Delete, Before: b, Unmatched: un, ByContent: true})
+						ops = append(ops, change.Op{TS: ts, Table: tb.ID, Kind: change.Delete, Before: b, Unmatched: un, ByContent: true})
 						delete(work, k)
 						break
 					}
@@ -148,10 +149,10 @@ func TestRowsFoundByContentModel(t *testing.T) {
 						after[gone] = nil
 						r.gone = nil
 					}
-					ops = append(ops, replay.Op{TS: ts, Table: tb.ID, Kind: replay.Update, Row: after, Before: b, Unmatched: un, ByContent: true})
+					ops = append(ops, change.Op{TS: ts, Table: tb.ID, Kind: change.Update, Row: after, Before: b, Unmatched: un, ByContent: true})
 					work[k] = r
 				}
-				if o := ops[len(ops)-1]; o.Kind == replay.Delete && o.Before != nil && o.Before[0] == int64(99) {
+				if o := ops[len(ops)-1]; o.Kind == change.Delete && o.Before != nil && o.Before[0] == int64(99) {
 					work = nil // this transaction fails
 				}
 				if work == nil {

@@ -19,9 +19,9 @@ import (
 	icetable "github.com/apache/iceberg-go/table"
 
 	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/iceberg/rest"
 	"github.com/retinadb/retina/internal/lake"
-	"github.com/retinadb/retina/internal/replay"
 	"github.com/retinadb/retina/internal/server"
 	"github.com/retinadb/retina/internal/server/servertest"
 	"github.com/retinadb/retina/internal/types"
@@ -90,9 +90,9 @@ func TestIcebergSnapshotsEqualSQL(t *testing.T) {
 					width++
 				}
 				for range 1 + rng.IntN(3) {
-					var ops []replay.Op
+					var ops []change.Op
 					if step == 10 && len(ops) == 0 {
-						ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Truncate})
+						ops = append(ops, change.Op{Table: tb.ID, Kind: change.Truncate})
 						clear(model)
 					}
 					n := 3 + rng.IntN(12) // small steps leave earlier pieces as they are
@@ -105,22 +105,22 @@ func TestIcebergSnapshotsEqualSQL(t *testing.T) {
 						case k < 5 || len(ids) == 0:
 							row := icebergRow(rng, nextID, width)
 							nextID++
-							ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: row})
+							ops = append(ops, change.Op{Table: tb.ID, Kind: change.Insert, Row: row})
 							model[row[0].(int64)] = row
 						case k < 8:
 							id := ids[rng.IntN(len(ids))]
 							row := icebergRow(rng, id, width)
-							ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Update, Row: row})
+							ops = append(ops, change.Op{Table: tb.ID, Kind: change.Update, Row: row})
 							model[id] = row
 						case k < 9:
 							id := ids[rng.IntN(len(ids))]
-							ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Delete, Key: []any{id}})
+							ops = append(ops, change.Op{Table: tb.ID, Kind: change.Delete, Key: []any{id}})
 							delete(model, id)
 						default: // a new primary key
 							id := ids[rng.IntN(len(ids))]
 							row := icebergRow(rng, nextID, width)
 							nextID++
-							ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Update, Key: []any{id}, Row: row})
+							ops = append(ops, change.Op{Table: tb.ID, Kind: change.Update, Key: []any{id}, Row: row})
 							delete(model, id)
 							model[row[0].(int64)] = row
 						}
@@ -162,9 +162,9 @@ func TestIcebergKeepsWhatRetainedSnapshotsName(t *testing.T) {
 	tb := servertest.CreateTable(t, h.n, "account", []catalog.Column{
 		{Name: "id", Type: types.Of(types.Int64)}, {Name: "balance", Type: types.Of(types.Int64)},
 	}, "id")
-	var ops []replay.Op
+	var ops []change.Op
 	for id := range int64(1100) { // two regular files of 512 rows and a filling one
-		ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{id, id * 10}})
+		ops = append(ops, change.Op{Table: tb.ID, Kind: change.Insert, Row: []any{id, id * 10}})
 	}
 	servertest.Apply(t, h.n, ops...)
 	regular := waitRegular(t, h.n, tb.ID, 2)
@@ -173,7 +173,7 @@ func TestIcebergKeepsWhatRetainedSnapshotsName(t *testing.T) {
 
 	ops = ops[:0]
 	for id := range int64(460) { // most of the first file
-		ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Delete, Key: []any{id}})
+		ops = append(ops, change.Op{Table: tb.ID, Kind: change.Delete, Key: []any{id}})
 	}
 	servertest.Apply(t, h.n, ops...)
 	if err := h.n.StorageGCRound(ctx); err != nil {
@@ -181,7 +181,7 @@ func TestIcebergKeepsWhatRetainedSnapshotsName(t *testing.T) {
 	}
 	h.publish(t) // its checkpoint switches the rewrite in
 	// LWM passes the switch once something commits after it.
-	servertest.Apply(t, h.n, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{int64(5001), int64(1)}})
+	servertest.Apply(t, h.n, change.Op{Table: tb.ID, Kind: change.Insert, Row: []any{int64(5001), int64(1)}})
 	if err := h.n.StorageGCRound(ctx); err != nil { // drops the replaced file
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestIcebergKeepsWhatRetainedSnapshotsName(t *testing.T) {
 	}
 
 	time.Sleep(3 * time.Second) // past the retention
-	servertest.Apply(t, h.n, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{int64(5000), int64(1)}})
+	servertest.Apply(t, h.n, change.Op{Table: tb.ID, Kind: change.Insert, Row: []any{int64(5000), int64(1)}})
 	h.publish(t)
 	if md := h.loadTable(t, tb.Name).Metadata(); md.SnapshotByID(first.id) != nil {
 		t.Fatalf("snapshot %d is still listed past the retention", first.id)

@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/checkpoint"
 	"github.com/retinadb/retina/internal/failpoint"
 	"github.com/retinadb/retina/internal/lake"
-	"github.com/retinadb/retina/internal/mirror"
 	"github.com/retinadb/retina/internal/replay"
 	"github.com/retinadb/retina/internal/visibility"
 	"github.com/retinadb/retina/internal/writebuffer"
@@ -88,7 +88,7 @@ func (n *Node) legacyCheckpoint() (*checkpoint.Manifest, error) {
 		}
 		var st struct {
 			Source     string            `json:"source"`
-			Checkpoint mirror.Checkpoint `json:"checkpoint"`
+			Checkpoint change.Checkpoint `json:"checkpoint"`
 		}
 		if err := json.Unmarshal(data, &st); err != nil || st.Source == "" {
 			return nil, fmt.Errorf("server: %s is corrupt (%v): it holds where source %d resumes; restore it, or start over with an empty data directory", path, err, i)
@@ -373,13 +373,13 @@ func (n *Node) deleteBlocks(ctx context.Context, f *catalog.File) error {
 
 // Resume is where source i (uri) resumes: from the restored checkpoint, or
 // from its start when the checkpoint has no such source.
-func (n *Node) Resume(i int, uri string) (mirror.Checkpoint, error) {
+func (n *Node) Resume(i int, uri string) (change.Checkpoint, error) {
 	m := n.restored
 	if m == nil || i >= len(m.Sources) {
-		return mirror.Checkpoint{}, nil
+		return change.Checkpoint{}, nil
 	}
 	if m.Sources[i].URI != uri {
-		return mirror.Checkpoint{}, fmt.Errorf("server: source %d was %q when the data directory was last used, now %q: give the sources in the same order", i, m.Sources[i].URI, uri)
+		return change.Checkpoint{}, fmt.Errorf("server: source %d was %q when the data directory was last used, now %q: give the sources in the same order", i, m.Sources[i].URI, uri)
 	}
 	return m.Sources[i].Resume, nil
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/checkpoint"
-	"github.com/retinadb/retina/internal/replay"
 	"github.com/retinadb/retina/internal/server"
 	"github.com/retinadb/retina/internal/server/servertest"
 	"github.com/retinadb/retina/internal/types"
@@ -75,27 +75,27 @@ type workload struct {
 }
 
 func (w *workload) insert(t *testing.T, count int) {
-	var ops []replay.Op
+	var ops []change.Op
 	for range count {
 		w.next++
 		w.state[w.next] = w.next * 10
-		ops = append(ops, replay.Op{Table: w.tb.ID, Kind: replay.Insert, Row: []any{w.next, w.next * 10}})
+		ops = append(ops, change.Op{Table: w.tb.ID, Kind: change.Insert, Row: []any{w.next, w.next * 10}})
 	}
 	servertest.Apply(t, w.n, ops...)
 }
 
 // churn updates and deletes some of the rows there are.
 func (w *workload) churn(t *testing.T) {
-	var ops []replay.Op
+	var ops []change.Op
 	i := 0
 	for _, id := range sortedKeys(w.state) {
 		switch i++; i % 5 {
 		case 0:
 			delete(w.state, id)
-			ops = append(ops, replay.Op{Table: w.tb.ID, Kind: replay.Delete, Key: []any{id}})
+			ops = append(ops, change.Op{Table: w.tb.ID, Kind: change.Delete, Key: []any{id}})
 		case 2:
 			w.state[id]++
-			ops = append(ops, replay.Op{Table: w.tb.ID, Kind: replay.Update, Row: []any{id, w.state[id]}})
+			ops = append(ops, change.Op{Table: w.tb.ID, Kind: change.Update, Row: []any{id, w.state[id]}})
 		}
 	}
 	servertest.Apply(t, w.n, ops...)

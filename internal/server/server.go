@@ -19,6 +19,7 @@ import (
 	"github.com/retinadb/retina/internal/cdc"
 	"github.com/retinadb/retina/internal/cdc/mysql"
 	"github.com/retinadb/retina/internal/cdc/postgres"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/checkpoint"
 	"github.com/retinadb/retina/internal/console"
 	"github.com/retinadb/retina/internal/failpoint"
@@ -126,7 +127,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (_ *Server, err error)
 	if err := node.CheckSources(uris); err != nil {
 		return nil, err
 	}
-	var starts []mirror.Checkpoint
+	var starts []change.Checkpoint
 	for i, uri := range cfg.Sources {
 		start, err := node.Resume(i, sourceName(uri))
 		if err != nil {
@@ -317,7 +318,7 @@ func sourceName(uri string) string {
 }
 
 // openSource opens a source at its last applied position.
-func (s *Server) openSource(ctx context.Context, uri string, start mirror.Checkpoint, stdin io.Reader) (*source, error) {
+func (s *Server) openSource(ctx context.Context, uri string, start change.Checkpoint, stdin io.Reader) (*source, error) {
 	src := &source{uri: uri}
 	var err error
 	if postgres.IsURI(uri) {
@@ -426,11 +427,11 @@ type sealedSources struct {
 	uris []string
 }
 
-func (s sealedSources) Write(ctx context.Context, resume []mirror.Checkpoint) error {
+func (s sealedSources) Write(ctx context.Context, resume []change.Checkpoint) error {
 	return s.st.Write(ctx, withURIs(s.uris, resume))
 }
 
-func withURIs(uris []string, resume []mirror.Checkpoint) []checkpoint.Source {
+func withURIs(uris []string, resume []change.Checkpoint) []checkpoint.Source {
 	out := make([]checkpoint.Source, len(uris))
 	for i, uri := range uris {
 		out[i] = checkpoint.Source{URI: uri}
@@ -559,7 +560,7 @@ func (s *Server) shutdown(ingestErr error) error {
 		s.log.Error("no final checkpoint: the replay state is not clean; the next start recovers from the last checkpoint", "err", ingestErr)
 		errs = append(errs, fmt.Errorf("server: state not saved: %w", ingestErr))
 	} else {
-		var resume []mirror.Checkpoint
+		var resume []change.Checkpoint
 		uris := make([]string, len(s.sources))
 		for i, src := range s.sources {
 			uris[i] = sourceName(src.uri)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/query"
 	"github.com/retinadb/retina/internal/replay"
 	"github.com/retinadb/retina/internal/server"
@@ -125,19 +126,19 @@ func (h heldRead) read() (map[int64]int64, error) {
 }
 
 func (w *workload) del(t *testing.T, ids ...int64) {
-	var ops []replay.Op
+	var ops []change.Op
 	for _, id := range ids {
 		delete(w.state, id)
-		ops = append(ops, replay.Op{Table: w.tb.ID, Kind: replay.Delete, Key: []any{id}})
+		ops = append(ops, change.Op{Table: w.tb.ID, Kind: change.Delete, Key: []any{id}})
 	}
 	servertest.Apply(t, w.n, ops...)
 }
 
 func (w *workload) update(t *testing.T, ids ...int64) {
-	var ops []replay.Op
+	var ops []change.Op
 	for _, id := range ids {
 		w.state[id] += 1000
-		ops = append(ops, replay.Op{Table: w.tb.ID, Kind: replay.Update, Row: []any{id, w.state[id]}})
+		ops = append(ops, change.Op{Table: w.tb.ID, Kind: change.Update, Row: []any{id, w.state[id]}})
 	}
 	servertest.Apply(t, w.n, ops...)
 }
@@ -362,7 +363,7 @@ func TestStorageGCUnderConcurrentReplayAndReads(t *testing.T) {
 	wg.Go(func() { // replay, and checkpoints between transactions (quiesced)
 		defer close(done)
 		for i := range 300 {
-			var ops []replay.Op
+			var ops []change.Op
 			touched := map[int64]bool{} // a transaction changes a key once
 			for range 1 + rng.IntN(8) {
 				id := int64(1 + rng.IntN(150))
@@ -374,13 +375,13 @@ func TestStorageGCUnderConcurrentReplayAndReads(t *testing.T) {
 				switch {
 				case !live:
 					w.state[id] = id
-					ops = append(ops, replay.Op{Table: w.tb.ID, Kind: replay.Insert, Row: []any{id, id}})
+					ops = append(ops, change.Op{Table: w.tb.ID, Kind: change.Insert, Row: []any{id, id}})
 				case rng.IntN(3) == 0:
 					delete(w.state, id)
-					ops = append(ops, replay.Op{Table: w.tb.ID, Kind: replay.Delete, Key: []any{id}})
+					ops = append(ops, change.Op{Table: w.tb.ID, Kind: change.Delete, Key: []any{id}})
 				default:
 					w.state[id]++
-					ops = append(ops, replay.Op{Table: w.tb.ID, Kind: replay.Update, Row: []any{id, w.state[id]}})
+					ops = append(ops, change.Op{Table: w.tb.ID, Kind: change.Update, Row: []any{id, w.state[id]}})
 				}
 			}
 			record(servertest.Apply(t, n, ops...))

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/retinadb/retina/internal/catalog"
-	"github.com/retinadb/retina/internal/replay"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/server/servertest"
 	"github.com/retinadb/retina/internal/types"
 )
@@ -27,9 +27,9 @@ func TestUpdateKeepsUnchangedColumns(t *testing.T) {
 	}, "id")
 	body := func(id int64) string { return fmt.Sprintf("body of %d", id) }
 	insert := func(from, to int64) {
-		var ops []replay.Op
+		var ops []change.Op
 		for id := from; id < to; id++ {
-			ops = append(ops, replay.Op{Table: tb.ID, Kind: replay.Insert, Row: []any{id, int64(0), body(id)}})
+			ops = append(ops, change.Op{Table: tb.ID, Kind: change.Insert, Row: []any{id, int64(0), body(id)}})
 		}
 		servertest.Apply(t, n, ops...)
 	}
@@ -53,8 +53,8 @@ func TestUpdateKeepsUnchangedColumns(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	insert(600, 610) // in memory
-	keep := func(id, v int64) replay.Op {
-		return replay.Op{Table: tb.ID, Kind: replay.Update, Key: []any{id}, Row: []any{id, v, nil}, Unchanged: []int{2}}
+	keep := func(id, v int64) change.Op {
+		return change.Op{Table: tb.ID, Kind: change.Update, Key: []any{id}, Row: []any{id, v, nil}, Unchanged: []int{2}}
 	}
 	// 3: a combined file; 520: a flushed block of the open file; 605: the
 	// block in memory; 605 again: the version the batch itself just wrote.

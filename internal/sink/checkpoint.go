@@ -7,14 +7,14 @@ import (
 	"io/fs"
 	"os"
 
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/durable"
-	"github.com/retinadb/retina/internal/mirror"
 )
 
 // CheckpointStore persists every source's checkpoint.
 type CheckpointStore interface {
-	Load() ([]mirror.Checkpoint, error)
-	Save([]mirror.Checkpoint) error
+	Load() ([]change.Checkpoint, error)
+	Save([]change.Checkpoint) error
 }
 
 // FileCheckpoints keeps the checkpoints in one JSON file, replaced by
@@ -22,7 +22,7 @@ type CheckpointStore interface {
 type FileCheckpoints struct{ Path string }
 
 // Load reads the checkpoints; a missing file is none.
-func (f FileCheckpoints) Load() ([]mirror.Checkpoint, error) {
+func (f FileCheckpoints) Load() ([]change.Checkpoint, error) {
 	data, err := os.ReadFile(f.Path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -30,7 +30,7 @@ func (f FileCheckpoints) Load() ([]mirror.Checkpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sink: read checkpoint: %w", err)
 	}
-	var cps []mirror.Checkpoint
+	var cps []change.Checkpoint
 	if err := json.Unmarshal(data, &cps); err != nil {
 		return nil, fmt.Errorf("sink: checkpoint %s is corrupt: %w", f.Path, err)
 	}
@@ -38,7 +38,7 @@ func (f FileCheckpoints) Load() ([]mirror.Checkpoint, error) {
 }
 
 // Save replaces the checkpoints durably.
-func (f FileCheckpoints) Save(cps []mirror.Checkpoint) error {
+func (f FileCheckpoints) Save(cps []change.Checkpoint) error {
 	data, err := json.Marshal(cps)
 	if err != nil {
 		return err

@@ -75,7 +75,8 @@ func (d *deadLetters) writeMessage(m cdc.Message, reason error) error {
 // writeTxn records a transaction set aside whole.
 func (d *deadLetters) writeTxn(source string, r mirror.Rejected) error {
 	rec := deadTxn{Transaction: r.Txn.ID, Source: source, Timestamp: r.TS, Reason: r.Err.Error(), Positions: r.Txn.Positions}
-	for _, m := range r.Txn.Raw {
+	raw, _ := r.Txn.Raw.([]cdc.Message)
+	for _, m := range raw {
 		rec.Messages = append(rec.Messages, messageRecord(m, ""))
 	}
 	return d.write(rec)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/cdc"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/index"
 	"github.com/retinadb/retina/internal/mirror"
 	"github.com/retinadb/retina/internal/replay"
@@ -50,7 +51,7 @@ type intake struct {
 	keyBuf  []byte // scratch for bucket's key encoding
 	keyVals []any
 	batches batchPool
-	ops     []replay.Op // scratch for toTxn: a transaction's operations
+	ops     []change.Op // scratch for toTxn: a transaction's operations
 	where   []int       // and the bucket of each
 	cur     intakeBatch
 	// What the start checkpoint says is applied: messages below a stream's
@@ -67,7 +68,7 @@ type intake struct {
 	open       *partial
 }
 
-func newIntake(s *Sink, source int, src cdc.Source, start mirror.Checkpoint) *intake {
+func newIntake(s *Sink, source int, src cdc.Source, start change.Checkpoint) *intake {
 	in := &intake{s: s, source: source, src: src, log: s.log.With("source", source),
 		dec: cdc.NewDecoder(tablesOf{s.cfg.Catalog}, s.log, s.cfg.Decoder), asm: newAssembler(s.cfg.SnapshotBatch),
 		keys: map[*catalog.Table]*tableKey{}, cur: intakeBatch{source: source},
@@ -377,7 +378,7 @@ func (in *intake) toTxn(tx Txn) (mirror.Txn, error) {
 			return t, fmt.Errorf("%s: table %s is not in the catalog", c.Pos, c.Table)
 		}
 		if c.Op == cdc.OpTruncate {
-			ops, where = append(ops, replay.Op{Table: tb.ID, Kind: replay.Truncate}), append(where, allBuckets)
+			ops, where = append(ops, change.Op{Table: tb.ID, Kind: change.Truncate}), append(where, allBuckets)
 			for b := range count {
 				count[b]++
 			}
@@ -402,7 +403,7 @@ func (in *intake) toTxn(tx Txn) (mirror.Txn, error) {
 	for _, n := range count {
 		total += n
 	}
-	all := make([]replay.Op, total)
+	all := make([]change.Op, total)
 	start := make([]int, buckets) // where each bucket's run begins in all
 	for b, at := 0, 0; b < buckets; b++ {
 		start[b], at = at, at+count[b]
@@ -422,7 +423,7 @@ func (in *intake) toTxn(tx Txn) (mirror.Txn, error) {
 	clear(ops) // the scratch must not keep rows alive
 	for b := range count {
 		if count[b] > 0 {
-			t.Ops = append(t.Ops, mirror.BucketOps{Bucket: b, Ops: all[start[b] : start[b]+count[b] : start[b]+count[b]]})
+			t.Ops = append(t.Ops, change.BucketOps{Bucket: b, Ops: all[start[b] : start[b]+count[b] : start[b]+count[b]]})
 		}
 	}
 	return t, nil
@@ -432,7 +433,7 @@ func (in *intake) toTxn(tx Txn) (mirror.Txn, error) {
 // primary-key change becomes a delete of the old key and an insert of the
 // new one, and a snapshot read is an upsert (a re-snapshot overwrites the
 // row). keys are the table's key column positions.
-func appendOps(dst []replay.Op, c cdc.Record, t *catalog.Table, keys []int) ([]replay.Op, error) {
+func appendOps(dst []change.Op, c cdc.Record, t *catalog.Table, keys []int) ([]change.Op, error) {
 	pick := func(row []any) []any {
 		if row == nil {
 			return nil
@@ -450,24 +451,24 @@ func appendOps(dst []replay.Op, c cdc.Record, t *catalog.Table, keys []int) ([]r
 			return dst, fmt.Errorf("%s of a row of %s without a key carries no before image to find the row by", opName(c.Op), t.Name)
 		}
 		if c.Op == cdc.OpDelete {
-			return append(dst, replay.Op{Table: t.ID, Kind: replay.Delete, Before: c.Before, ByContent: true, Unmatched: c.Unmatched}), nil
+			return append(dst, change.Op{Table: t.ID, Kind: change.Delete, Before: c.Before, ByContent: true, Unmatched: c.Unmatched}), nil
 		}
 		if len(c.Unchanged) > 0 {
 			return dst, fmt.Errorf("update of a row of %s without a key leaves columns unsent", t.Name)
 		}
-		return append(dst, replay.Op{Table: t.ID, Kind: replay.Update, Row: c.After, Before: c.Before, ByContent: true, Unmatched: c.Unmatched}), nil
+		return append(dst, change.Op{Table: t.ID, Kind: change.Update, Row: c.After, Before: c.Before, ByContent: true, Unmatched: c.Unmatched}), nil
 	}
 	switch c.Op {
 	case cdc.OpCreate:
-		return append(dst, replay.Op{Table: t.ID, Kind: replay.Insert, Row: c.After}), nil
+		return append(dst, change.Op{Table: t.ID, Kind: change.Insert, Row: c.After}), nil
 	case cdc.OpRead:
-		return append(dst, replay.Op{Table: t.ID, Kind: replay.Upsert, Row: c.After}), nil
+		return append(dst, change.Op{Table: t.ID, Kind: change.Upsert, Row: c.After}), nil
 	case cdc.OpDelete:
 		key := c.Key
 		if key == nil {
 			key = pick(c.Before)
 		}
-		return append(dst, replay.Op{Table: t.ID, Kind: replay.Delete, Key: key, Before: c.Before}), nil
+		return append(dst, change.Op{Table: t.ID, Kind: change.Delete, Key: key, Before: c.Before}), nil
 	case cdc.OpUpdate:
 		newKey := pick(c.After)
 		oldKey := c.Key
@@ -483,15 +484,15 @@ func appendOps(dst []replay.Op, c cdc.Record, t *catalog.Table, keys []int) ([]r
 			if !sameKey(oldKey, newKey) {
 				return dst, fmt.Errorf("update of %s changes the primary key and leaves columns unsent: the new row cannot be completed", t.Name)
 			}
-			return append(dst, replay.Op{Table: t.ID, Kind: replay.Update, Key: newKey, Row: c.After, Before: c.Before, Unchanged: c.Unchanged}), nil
+			return append(dst, change.Op{Table: t.ID, Kind: change.Update, Key: newKey, Row: c.After, Before: c.Before, Unchanged: c.Unchanged}), nil
 		}
 		if !sameKey(oldKey, newKey) {
 			return append(dst,
-				replay.Op{Table: t.ID, Kind: replay.Delete, Key: oldKey, Before: c.Before},
-				replay.Op{Table: t.ID, Kind: replay.Insert, Row: c.After},
+				change.Op{Table: t.ID, Kind: change.Delete, Key: oldKey, Before: c.Before},
+				change.Op{Table: t.ID, Kind: change.Insert, Row: c.After},
 			), nil
 		}
-		return append(dst, replay.Op{Table: t.ID, Kind: replay.Update, Key: newKey, Row: c.After, Before: c.Before}), nil
+		return append(dst, change.Op{Table: t.ID, Kind: change.Update, Key: newKey, Row: c.After, Before: c.Before}), nil
 	}
 	return dst, fmt.Errorf("op %c", c.Op)
 }
@@ -546,12 +547,12 @@ func (in *intake) keyOf(t *catalog.Table) *tableKey {
 }
 
 // bucket hashes an operation's primary key.
-func (in *intake) bucket(t *catalog.Table, key *tableKey, op replay.Op) (int, error) {
+func (in *intake) bucket(t *catalog.Table, key *tableKey, op change.Op) (int, error) {
 	if t.Schema.GeneratedKey {
 		return replay.BucketFor(t, nil, in.s.cfg.Buckets), nil
 	}
 	vals := op.Key
-	if op.Kind == replay.Insert || op.Kind == replay.Upsert || vals == nil {
+	if op.Kind == change.Insert || op.Kind == change.Upsert || vals == nil {
 		vals = in.keyVals[:0]
 		for _, k := range key.cols {
 			if k >= len(op.Row) {

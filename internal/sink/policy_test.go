@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/retinadb/retina/internal/cdc"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/mirror"
 )
 
@@ -124,7 +125,7 @@ func TestUnappliableTransactionFailPolicy(t *testing.T) {
 	path := fs.write(t, filepath.Join(st.dir, "in.jsonl"))
 	want := map[string]string{"1": "paid|12.50|1", "2": "received|12.50|1", "3": "snap|12.50|1", "4": "snap|12.50|1"}
 	var firstErr string
-	cp := []mirror.Checkpoint(nil)
+	cp := []change.Checkpoint(nil)
 	for run := range 3 {
 		s, err := st.runFile(t, path, func(c *Config) { c.Start = cp })
 		var te *mirror.TxnError

@@ -18,6 +18,7 @@ import (
 
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/cdc"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/mirror"
 	"github.com/retinadb/retina/internal/replay"
 	"github.com/retinadb/retina/internal/txn"
@@ -72,7 +73,7 @@ type Persister interface {
 type SealedState interface {
 	// Write makes it durable together with the sources' resume points;
 	// only then may a source confirm those points upstream.
-	Write(ctx context.Context, sources []mirror.Checkpoint) error
+	Write(ctx context.Context, sources []change.Checkpoint) error
 }
 
 // Config configures a sink.
@@ -105,7 +106,7 @@ type Config struct {
 	Checkpoints CheckpointStore
 	// Start is where each source resumes (usually the last persisted
 	// checkpoints); missing entries start from the beginning.
-	Start []mirror.Checkpoint
+	Start []change.Checkpoint
 	// Collector, when set, runs memory GC below the low watermark on ticks,
 	// and index purges every PurgeTicks ticks (default 60; negative: never).
 	Collector  Collector
@@ -168,7 +169,7 @@ type Sink struct {
 	cfg   Config
 	log   *slog.Logger
 	core  *mirror.Core
-	start []mirror.Checkpoint // one per source
+	start []change.Checkpoint // one per source
 	dead  *deadLetters
 
 	messages, skipped, deadDecoded, ops atomic.Uint64
@@ -222,7 +223,7 @@ func New(cfg Config) (*Sink, error) {
 	if len(cfg.Start) > len(cfg.Sources) {
 		return nil, fmt.Errorf("sink: %d checkpoints for %d sources", len(cfg.Start), len(cfg.Sources))
 	}
-	start := make([]mirror.Checkpoint, len(cfg.Sources))
+	start := make([]change.Checkpoint, len(cfg.Sources))
 	copy(start, cfg.Start)
 	s := &Sink{cfg: cfg, log: cfg.Logger.With("component", "sink"), start: start, wakeup: make(chan struct{}, 1),
 		sourceMessages: make([]atomic.Uint64, len(cfg.Sources))}
@@ -273,7 +274,7 @@ func (s *Sink) Stats() Stats {
 
 // Checkpoints are every source's resume points, covering every committed
 // transaction. Call it after Run returned.
-func (s *Sink) Checkpoints() []mirror.Checkpoint { return s.core.Checkpoints() }
+func (s *Sink) Checkpoints() []change.Checkpoint { return s.core.Checkpoints() }
 
 // SourceMessages counts each source's messages read so far.
 func (s *Sink) SourceMessages() []uint64 {
@@ -641,7 +642,7 @@ const (
 func (d *driver) bucketLoop(bucket int, r Replayer, q *bucketQueue) {
 	s := d.s
 	failed := false     // a failure was reported: skip sends until the rollback
-	var ops []replay.Op // merged sends, reused: Apply keeps none of them
+	var ops []change.Op // merged sends, reused: Apply keeps none of them
 	for {
 		items, ok := q.take()
 		if !ok {

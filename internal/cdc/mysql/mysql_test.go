@@ -3,10 +3,11 @@ package mysql
 import (
 	"errors"
 	"fmt"
-	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"math"
 	"strings"
 	"testing"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 )
 
 func TestParseURI(t *testing.T) {

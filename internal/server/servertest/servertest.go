@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/retinadb/retina/internal/catalog"
+	"github.com/retinadb/retina/internal/change"
 	"github.com/retinadb/retina/internal/replay"
 	"github.com/retinadb/retina/internal/server"
 )
@@ -54,7 +55,7 @@ func OpenNodeTuned(t testing.TB, tune func(*server.NodeConfig)) *server.Node {
 
 // Apply runs one mirror transaction on replayer 0 and commits it; it
 // returns the transaction's timestamp. Safe for concurrent use.
-func Apply(t testing.TB, n *server.Node, ops ...replay.Op) uint64 {
+func Apply(t testing.TB, n *server.Node, ops ...change.Op) uint64 {
 	t.Helper()
 	ctx := context.Background()
 	r, err := n.Txn.BeginMirror(ctx, 1)
