@@ -10,65 +10,45 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/retinadb/retina/internal/query"
-)
-
-// PostgreSQL type OIDs used on the wire.
-const (
-	oidBool        = 16
-	oidBytea       = 17
-	oidInt8        = 20
-	oidInt2        = 21
-	oidInt4        = 23
-	oidText        = 25
-	oidFloat4      = 700
-	oidFloat8      = 701
-	oidVarchar     = 1043
-	oidDate        = 1082
-	oidTime        = 1083
-	oidTimestamp   = 1114
-	oidTimestampTZ = 1184
-	oidInterval    = 1186
-	oidNumeric     = 1700
-	oidUUID        = 2950
-	oidJSON        = 114
 )
 
 // oidOf is the OID of a column or parameter type.
 func oidOf(t query.Type) uint32 {
 	switch t.Kind {
 	case query.TypeBool:
-		return oidBool
+		return pgtype.BoolOID
 	case query.TypeInt16:
-		return oidInt2
+		return pgtype.Int2OID
 	case query.TypeInt32:
-		return oidInt4
+		return pgtype.Int4OID
 	case query.TypeInt64:
-		return oidInt8
+		return pgtype.Int8OID
 	case query.TypeNumeric:
-		return oidNumeric
+		return pgtype.NumericOID
 	case query.TypeFloat32:
-		return oidFloat4
+		return pgtype.Float4OID
 	case query.TypeFloat64:
-		return oidFloat8
+		return pgtype.Float8OID
 	case query.TypeBytes:
-		return oidBytea
+		return pgtype.ByteaOID
 	case query.TypeDate:
-		return oidDate
+		return pgtype.DateOID
 	case query.TypeTime:
-		return oidTime
+		return pgtype.TimeOID
 	case query.TypeTimestamp:
-		return oidTimestamp
+		return pgtype.TimestampOID
 	case query.TypeTimestampTZ:
-		return oidTimestampTZ
+		return pgtype.TimestamptzOID
 	case query.TypeInterval:
-		return oidInterval
+		return pgtype.IntervalOID
 	case query.TypeUUID:
-		return oidUUID
+		return pgtype.UUIDOID
 	case query.TypeJSON:
-		return oidJSON
+		return pgtype.JSONOID
 	}
-	return oidText
+	return pgtype.TextOID
 }
 
 var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -92,7 +72,7 @@ func encodeText(v any, oid uint32) []byte {
 	case string:
 		return []byte(x)
 	case []byte:
-		if oid == oidUUID && len(x) == 16 {
+		if oid == pgtype.UUIDOID && len(x) == 16 {
 			return []byte(formatUUID(x))
 		}
 		return append([]byte(`\x`), hex.EncodeToString(x)...)
@@ -102,11 +82,11 @@ func encodeText(v any, oid uint32) []byte {
 		return []byte(x.String())
 	case time.Time:
 		switch oid {
-		case oidDate:
+		case pgtype.DateOID:
 			return []byte(x.Format("2006-01-02"))
-		case oidTimestampTZ:
+		case pgtype.TimestamptzOID:
 			return []byte(x.UTC().Format("2006-01-02 15:04:05.999999") + "+00")
-		case oidTime:
+		case pgtype.TimeOID:
 			return []byte(x.Format("15:04:05.999999"))
 		}
 		return []byte(x.Format("2006-01-02 15:04:05.999999"))
@@ -185,52 +165,52 @@ func encodeBinary(v any, oid uint32) ([]byte, error) {
 		return nil, nil
 	}
 	switch oid {
-	case oidBool:
+	case pgtype.BoolOID:
 		if b, ok := v.(bool); ok && b {
 			return []byte{1}, nil
 		}
 		return []byte{0}, nil
-	case oidInt2, oidInt4, oidInt8:
+	case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID:
 		n, err := toInt64(v)
 		if err != nil {
 			return nil, err
 		}
 		switch oid {
-		case oidInt2:
+		case pgtype.Int2OID:
 			return binary.BigEndian.AppendUint16(nil, uint16(n)), nil
-		case oidInt4:
+		case pgtype.Int4OID:
 			return binary.BigEndian.AppendUint32(nil, uint32(n)), nil
 		}
 		return binary.BigEndian.AppendUint64(nil, uint64(n)), nil
-	case oidFloat4:
+	case pgtype.Float4OID:
 		f, _ := toFloat64(v)
 		return binary.BigEndian.AppendUint32(nil, math.Float32bits(float32(f))), nil
-	case oidFloat8:
+	case pgtype.Float8OID:
 		f, _ := toFloat64(v)
 		return binary.BigEndian.AppendUint64(nil, math.Float64bits(f)), nil
-	case oidBytea, oidUUID:
+	case pgtype.ByteaOID, pgtype.UUIDOID:
 		if b, ok := v.([]byte); ok {
 			return b, nil
 		}
-	case oidDate:
+	case pgtype.DateOID:
 		if t, ok := v.(time.Time); ok {
 			days := t.UTC().Truncate(24*time.Hour).Sub(pgEpoch).Hours() / 24
 			return binary.BigEndian.AppendUint32(nil, uint32(int32(math.Floor(days)))), nil
 		}
-	case oidTimestamp, oidTimestampTZ:
+	case pgtype.TimestampOID, pgtype.TimestamptzOID:
 		if t, ok := v.(time.Time); ok {
 			return binary.BigEndian.AppendUint64(nil, uint64(t.UnixMicro()-pgEpoch.UnixMicro())), nil
 		}
-	case oidNumeric:
+	case pgtype.NumericOID:
 		return encodeNumeric(string(encodeText(v, oid)))
-	case oidTime:
+	case pgtype.TimeOID:
 		if t, ok := v.(time.Time); ok {
 			us := int64(t.Hour())*3_600_000_000 + int64(t.Minute())*60_000_000 + int64(t.Second())*1_000_000 + int64(t.Nanosecond()/1000)
 			return binary.BigEndian.AppendUint64(nil, uint64(us)), nil
 		}
-	case oidJSON, oidText, oidVarchar:
+	case pgtype.JSONOID, pgtype.TextOID, pgtype.VarcharOID:
 		return encodeText(v, oid), nil
-	case oidInterval:
+	case pgtype.IntervalOID:
 		if iv, ok := v.(query.Interval); ok {
 			b := binary.BigEndian.AppendUint64(nil, uint64(iv.Micros))
 			b = binary.BigEndian.AppendUint32(b, uint32(iv.Days))
@@ -382,67 +362,67 @@ func decodeParam(b []byte, oid uint32, format int16) (any, error) {
 	}
 	if format == 0 { // text: DuckDB casts strings where it needs to
 		switch oid {
-		case oidInt2, oidInt4, oidInt8:
+		case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID:
 			return strconv.ParseInt(string(b), 10, 64)
-		case oidFloat4, oidFloat8:
+		case pgtype.Float4OID, pgtype.Float8OID:
 			return strconv.ParseFloat(string(b), 64)
-		case oidBool:
+		case pgtype.BoolOID:
 			return strconv.ParseBool(string(b))
 		}
 		return string(b), nil
 	}
 	switch oid {
-	case oidBool:
+	case pgtype.BoolOID:
 		return len(b) == 1 && b[0] == 1, nil
-	case oidInt2:
+	case pgtype.Int2OID:
 		if len(b) == 2 {
 			return int64(int16(binary.BigEndian.Uint16(b))), nil
 		}
-	case oidInt4:
+	case pgtype.Int4OID:
 		if len(b) == 4 {
 			return int64(int32(binary.BigEndian.Uint32(b))), nil
 		}
-	case oidInt8:
+	case pgtype.Int8OID:
 		if len(b) == 8 {
 			return int64(binary.BigEndian.Uint64(b)), nil
 		}
-	case oidFloat4:
+	case pgtype.Float4OID:
 		if len(b) == 4 {
 			return float64(math.Float32frombits(binary.BigEndian.Uint32(b))), nil
 		}
-	case oidFloat8:
+	case pgtype.Float8OID:
 		if len(b) == 8 {
 			return math.Float64frombits(binary.BigEndian.Uint64(b)), nil
 		}
-	case oidText, oidVarchar:
+	case pgtype.TextOID, pgtype.VarcharOID:
 		return string(b), nil
-	case oidBytea:
+	case pgtype.ByteaOID:
 		return b, nil
-	case oidDate:
+	case pgtype.DateOID:
 		if len(b) == 4 {
 			return pgEpoch.AddDate(0, 0, int(int32(binary.BigEndian.Uint32(b)))), nil
 		}
-	case oidTimestamp, oidTimestampTZ:
+	case pgtype.TimestampOID, pgtype.TimestamptzOID:
 		if len(b) == 8 {
 			return time.UnixMicro(pgEpoch.UnixMicro() + int64(binary.BigEndian.Uint64(b))).UTC(), nil
 		}
-	case oidNumeric:
+	case pgtype.NumericOID:
 		return decodeNumeric(b)
-	case oidUUID:
+	case pgtype.UUIDOID:
 		if len(b) == 16 {
 			return formatUUID(b), nil
 		}
-	case oidTime:
+	case pgtype.TimeOID:
 		if len(b) == 8 {
 			us := int64(binary.BigEndian.Uint64(b))
 			return time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(us) * time.Microsecond).Format("15:04:05.999999"), nil
 		}
-	case oidInterval:
+	case pgtype.IntervalOID:
 		if len(b) == 16 {
 			return query.Interval{Micros: int64(binary.BigEndian.Uint64(b)), Days: int32(binary.BigEndian.Uint32(b[8:])),
 				Months: int32(binary.BigEndian.Uint32(b[12:]))}, nil
 		}
-	case oidJSON:
+	case pgtype.JSONOID:
 		return string(b), nil
 	default:
 		return nil, fmt.Errorf("pgwire: parameters of type %d are taken in text format only", oid)

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/types"
 )
@@ -72,27 +73,27 @@ type pgType struct {
 }
 
 var pgTypes = []pgType{
-	{16, "bool", "boolean", 1, "B"},
-	{17, "bytea", "bytea", -1, "U"},
-	{18, "char", `"char"`, 1, "Z"},
-	{19, "name", "name", 64, "S"},
-	{20, "int8", "bigint", 8, "N"},
-	{21, "int2", "smallint", 2, "N"},
-	{23, "int4", "integer", 4, "N"},
-	{25, "text", "text", -1, "S"},
-	{26, "oid", "oid", 4, "N"},
-	{114, "json", "json", -1, "U"},
-	{700, "float4", "real", 4, "N"},
-	{701, "float8", "double precision", 8, "N"},
-	{1042, "bpchar", "character", -1, "S"},
-	{1043, "varchar", "character varying", -1, "S"},
-	{1082, "date", "date", 4, "D"},
-	{1083, "time", "time without time zone", 8, "D"},
-	{1114, "timestamp", "timestamp without time zone", 8, "D"},
-	{1184, "timestamptz", "timestamp with time zone", 8, "D"},
-	{1186, "interval", "interval", 16, "T"},
-	{1700, "numeric", "numeric", -1, "N"},
-	{2950, "uuid", "uuid", 16, "U"},
+	{pgtype.BoolOID, "bool", "boolean", 1, "B"},
+	{pgtype.ByteaOID, "bytea", "bytea", -1, "U"},
+	{pgtype.QCharOID, "char", `"char"`, 1, "Z"},
+	{pgtype.NameOID, "name", "name", 64, "S"},
+	{pgtype.Int8OID, "int8", "bigint", 8, "N"},
+	{pgtype.Int2OID, "int2", "smallint", 2, "N"},
+	{pgtype.Int4OID, "int4", "integer", 4, "N"},
+	{pgtype.TextOID, "text", "text", -1, "S"},
+	{pgtype.OIDOID, "oid", "oid", 4, "N"},
+	{pgtype.JSONOID, "json", "json", -1, "U"},
+	{pgtype.Float4OID, "float4", "real", 4, "N"},
+	{pgtype.Float8OID, "float8", "double precision", 8, "N"},
+	{pgtype.BPCharOID, "bpchar", "character", -1, "S"},
+	{pgtype.VarcharOID, "varchar", "character varying", -1, "S"},
+	{pgtype.DateOID, "date", "date", 4, "D"},
+	{pgtype.TimeOID, "time", "time without time zone", 8, "D"},
+	{pgtype.TimestampOID, "timestamp", "timestamp without time zone", 8, "D"},
+	{pgtype.TimestamptzOID, "timestamptz", "timestamp with time zone", 8, "D"},
+	{pgtype.IntervalOID, "interval", "interval", 16, "T"},
+	{pgtype.NumericOID, "numeric", "numeric", -1, "N"},
+	{pgtype.UUIDOID, "uuid", "uuid", 16, "U"},
 }
 
 func typeByOID(oid int64) pgType {
@@ -108,29 +109,29 @@ func typeByOID(oid int64) pgType {
 func columnType(t types.Type) (oid int64, typmod int64) {
 	switch t.Kind {
 	case types.Int8, types.Int16:
-		return 21, -1
+		return pgtype.Int2OID, -1
 	case types.Int32:
-		return 23, -1
+		return pgtype.Int4OID, -1
 	case types.Int64:
-		return 20, -1
+		return pgtype.Int8OID, -1
 	case types.Float32:
-		return 700, -1
+		return pgtype.Float4OID, -1
 	case types.Float64:
-		return 701, -1
+		return pgtype.Float8OID, -1
 	case types.Decimal:
-		return 1700, int64(t.Precision)<<16 | int64(t.Scale) + 4
+		return pgtype.NumericOID, int64(t.Precision)<<16 | int64(t.Scale) + 4
 	case types.Bytes:
-		return 17, -1
+		return pgtype.ByteaOID, -1
 	case types.Bool:
-		return 16, -1
+		return pgtype.BoolOID, -1
 	case types.Date:
-		return 1082, -1
+		return pgtype.DateOID, -1
 	case types.Timestamp:
-		return 1114, -1
+		return pgtype.TimestampOID, -1
 	case types.TimestampTZ:
-		return 1184, -1
+		return pgtype.TimestamptzOID, -1
 	}
-	return 25, -1
+	return pgtype.TextOID, -1
 }
 
 // catalogDDL creates the catalogs' tables; columns are PostgreSQL 15's,

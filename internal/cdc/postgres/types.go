@@ -31,27 +31,6 @@ import (
 // date and timestamps outside Retina's range (±infinity) are refused with
 // the table and column named.
 
-// PostgreSQL type OIDs this source maps to Retina types.
-const (
-	oidBool        = 16
-	oidBytea       = 17
-	oidChar        = 18
-	oidName        = 19
-	oidInt8        = 20
-	oidInt2        = 21
-	oidInt4        = 23
-	oidText        = 25
-	oidOID         = 26
-	oidFloat4      = 700
-	oidFloat8      = 701
-	oidBPChar      = 1042
-	oidVarchar     = 1043
-	oidDate        = 1082
-	oidTimestamp   = 1114
-	oidTimestampTZ = 1184
-	oidNumeric     = 1700
-)
-
 // column is one source column and how its text values become Retina values.
 type column struct {
 	Name    string
@@ -69,17 +48,17 @@ type column struct {
 // mapType picks the Retina type of a PostgreSQL column.
 func mapType(oid uint32, typmod int32) types.Type {
 	switch oid {
-	case oidInt2:
+	case pgtype.Int2OID:
 		return types.Of(types.Int16)
-	case oidInt4:
+	case pgtype.Int4OID:
 		return types.Of(types.Int32)
-	case oidInt8, oidOID:
+	case pgtype.Int8OID, pgtype.OIDOID:
 		return types.Of(types.Int64)
-	case oidFloat4:
+	case pgtype.Float4OID:
 		return types.Of(types.Float32)
-	case oidFloat8:
+	case pgtype.Float8OID:
 		return types.Of(types.Float64)
-	case oidNumeric:
+	case pgtype.NumericOID:
 		if typmod >= 4 {
 			p, s := (typmod-4)>>16&0xffff, (typmod-4)&0xffff
 			if p >= 1 && p <= types.MaxDecimalPrecision && s <= p {
@@ -87,15 +66,15 @@ func mapType(oid uint32, typmod int32) types.Type {
 			}
 		}
 		return types.Of(types.String)
-	case oidBool:
+	case pgtype.BoolOID:
 		return types.Of(types.Bool)
-	case oidBytea:
+	case pgtype.ByteaOID:
 		return types.Of(types.Bytes)
-	case oidDate:
+	case pgtype.DateOID:
 		return types.Of(types.Date)
-	case oidTimestamp:
+	case pgtype.TimestampOID:
 		return types.Of(types.Timestamp)
-	case oidTimestampTZ:
+	case pgtype.TimestamptzOID:
 		return types.Of(types.TimestampTZ)
 	}
 	return types.Of(types.String)
@@ -155,7 +134,7 @@ func (tm typeMap) value(c *column, text []byte) (any, error) {
 		return b, nil
 	case types.Date:
 		var d pgtype.Date
-		if err := tm.m.Scan(oidDate, pgtype.TextFormatCode, text, &d); err != nil {
+		if err := tm.m.Scan(pgtype.DateOID, pgtype.TextFormatCode, text, &d); err != nil {
 			return nil, bad(err)
 		}
 		if d.InfinityModifier != pgtype.Finite {
@@ -164,7 +143,7 @@ func (tm typeMap) value(c *column, text []byte) (any, error) {
 		return types.DateDays(d.Time.Unix() / 86400), nil // midnight UTC: exact
 	case types.Timestamp:
 		var ts pgtype.Timestamp
-		if err := tm.m.Scan(oidTimestamp, pgtype.TextFormatCode, text, &ts); err != nil {
+		if err := tm.m.Scan(pgtype.TimestampOID, pgtype.TextFormatCode, text, &ts); err != nil {
 			return nil, bad(err)
 		}
 		if ts.InfinityModifier != pgtype.Finite {
@@ -173,7 +152,7 @@ func (tm typeMap) value(c *column, text []byte) (any, error) {
 		return types.TimestampMicros(ts.Time.UnixMicro()), nil
 	case types.TimestampTZ:
 		var ts pgtype.Timestamptz
-		if err := tm.m.Scan(oidTimestampTZ, pgtype.TextFormatCode, text, &ts); err != nil {
+		if err := tm.m.Scan(pgtype.TimestamptzOID, pgtype.TextFormatCode, text, &ts); err != nil {
 			return nil, bad(err)
 		}
 		if ts.InfinityModifier != pgtype.Finite {
