@@ -14,6 +14,7 @@ import (
 	"github.com/retinadb/retina/internal/catalog"
 	"github.com/retinadb/retina/internal/cdc"
 	"github.com/retinadb/retina/internal/pgwire"
+	"github.com/retinadb/retina/internal/sink"
 	"github.com/retinadb/retina/internal/types"
 )
 
@@ -130,7 +131,7 @@ type ColumnDecl struct {
 func DefaultConfig() Config {
 	return Config{
 		DataDir: "retina-data", SourceEOF: "follow", SQLAddr: "127.0.0.1:5433", HTTPAddr: "127.0.0.1:9187",
-		LogFormat: "text", IndexBackend: "memory", Replayers: 2, Buckets: 16, BadInput: "fail", DecimalHandling: "precise",
+		LogFormat: "text", IndexBackend: defaultIndexBackend, Replayers: defaultReplayers, Buckets: sink.DefaultBuckets, BadInput: "fail", DecimalHandling: "precise",
 		CheckpointInterval: 5 * time.Second, IndexPurgeInterval: time.Minute,
 		IdleInTransactionTimeout: 10 * time.Minute, VisibilityCheckpointAfter: 30 * time.Second,
 		StorageGCInterval: 2 * time.Second, StorageGCStaleShare: 0.5,

@@ -27,6 +27,7 @@ import (
 	"github.com/retinadb/retina/internal/query"
 	"github.com/retinadb/retina/internal/replay"
 	"github.com/retinadb/retina/internal/scan"
+	"github.com/retinadb/retina/internal/sink"
 	"github.com/retinadb/retina/internal/txn"
 	"github.com/retinadb/retina/internal/visibility"
 	"github.com/retinadb/retina/internal/writebuffer"
@@ -104,6 +105,13 @@ type PurgeStats struct {
 	Nanos                  atomic.Int64 // time spent purging
 }
 
+// Defaults of NodeConfig (and of Config, which carries them) that no
+// lower package owns.
+const (
+	defaultIndexBackend = "memory"
+	defaultReplayers    = 2
+)
+
 // OpenNode opens every component on the data directory.
 func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	if cfg.DataDir == "" {
@@ -116,19 +124,19 @@ func OpenNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 		cfg.Lake = "file://" + filepath.Join(cfg.DataDir, "lake")
 	}
 	if cfg.IndexBackend == "" {
-		cfg.IndexBackend = "memory"
+		cfg.IndexBackend = defaultIndexBackend
 	}
 	if cfg.Replayers <= 0 {
-		cfg.Replayers = 2
+		cfg.Replayers = defaultReplayers
 	}
 	if cfg.Buckets <= 0 {
-		cfg.Buckets = 16
+		cfg.Buckets = sink.DefaultBuckets
 	}
 	if cfg.BlockRows <= 0 {
-		cfg.BlockRows = 8192
+		cfg.BlockRows = writebuffer.DefaultBlockRows
 	}
 	if cfg.FileBlocks <= 0 {
-		cfg.FileBlocks = 128
+		cfg.FileBlocks = writebuffer.DefaultFileBlocks
 	}
 	cfg.StorageGC.defaults()
 	if cfg.Logger == nil {

@@ -92,7 +92,8 @@ type Config struct {
 	// SnapshotBatch is the number of snapshot events per mirror
 	// transaction (default 4096).
 	SnapshotBatch int
-	// GroupMax bounds the transactions of one group begin (default 512).
+	// GroupMax bounds the transactions of one group begin (0: the core's
+	// default).
 	GroupMax int
 	// BadInput is Fail (default) or DeadLetter with DeadLetterPath.
 	BadInput       Policy
@@ -184,19 +185,20 @@ type Sink struct {
 	wakeup         chan struct{} // a new wait: check the waiters
 }
 
+// DefaultBuckets is how many buckets the operations are sharded into
+// when Config.Buckets is 0.
+const DefaultBuckets = 16
+
 // New validates the configuration.
 func New(cfg Config) (*Sink, error) {
 	if len(cfg.Sources) == 0 || cfg.Catalog == nil || cfg.Txn == nil || len(cfg.Replayers) == 0 {
 		return nil, fmt.Errorf("sink: sources, catalog, transaction service and replayers are required")
 	}
 	if cfg.Buckets <= 0 {
-		cfg.Buckets = 16
+		cfg.Buckets = DefaultBuckets
 	}
 	if cfg.SnapshotBatch <= 0 {
 		cfg.SnapshotBatch = 4096
-	}
-	if cfg.GroupMax <= 0 {
-		cfg.GroupMax = 512
 	}
 	if cfg.BadInput == "" {
 		cfg.BadInput = Fail

@@ -148,13 +148,19 @@ type Buffer struct {
 	combinedSize atomic.Int64
 }
 
+// Defaults of Config: rows per block, blocks per file.
+const (
+	DefaultBlockRows  = 8192
+	DefaultFileBlocks = 128
+)
+
 // New starts a buffer and its flush workers.
 func New(cfg Config) (*Buffer, error) {
 	if cfg.BlockRows <= 0 {
-		cfg.BlockRows = 8192
+		cfg.BlockRows = DefaultBlockRows
 	}
 	if cfg.FileBlocks <= 0 {
-		cfg.FileBlocks = 128
+		cfg.FileBlocks = DefaultFileBlocks
 	}
 	if cfg.FlushWorkers <= 0 {
 		cfg.FlushWorkers = 4
