@@ -160,6 +160,17 @@ func (n *Node) pinGC(ts uint64) { n.gcPin.Store(ts + 1) }
 
 func (n *Node) unpinGC() { n.gcPin.Store(0) }
 
+// gcBoundNow reads how far memory GC may collect at the moment.
+func (n *Node) gcBoundNow(ctx context.Context) func() (uint64, error) {
+	return func() (uint64, error) {
+		w, err := n.Txn.Watermarks(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return n.gcBound(w.LWM), nil
+	}
+}
+
 // gcBound caps a low watermark by the pin.
 func (n *Node) gcBound(lwm uint64) uint64 {
 	if p := n.gcPin.Load(); p != 0 {

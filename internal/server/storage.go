@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/retinadb/retina/internal/catalog"
@@ -113,4 +114,30 @@ func (c *staleCounter) count(vis *visibility.RowGroup, first, rows int) (int64, 
 	}
 	c.buf = bm
 	return countBits(bm, bit, rows), nil
+}
+
+// countAtBound is count for a GC round whose bound (the counter's
+// snapshot) was read a moment before: memory GC, which runs on its own,
+// may since have collected vis past it because the low watermark moved
+// on. The deleted set at the collected point is then counted; no running
+// snapshot is below it. bound is how far memory GC may collect now, and a
+// collected point above it is a broken invariant (a snapshot still
+// running may have lost versions): an error, never skipped.
+func (c *staleCounter) countAtBound(vis *visibility.RowGroup, first, rows int, bound func() (uint64, error)) (int64, error) {
+	n, err := c.count(vis, first, rows)
+	if !errors.Is(err, visibility.ErrSnapshotTooOld) {
+		return n, err
+	}
+	collected := vis.Collected()
+	now, berr := bound()
+	if berr != nil {
+		return 0, berr
+	}
+	if collected > now {
+		return 0, fmt.Errorf("memory GC collected its visibility to %d, above %d, the most the low watermark allows now: %w", collected, now, err)
+	}
+	moved := staleCounter{at: collected, buf: c.buf}
+	n, err = moved.count(vis, first, rows)
+	c.buf = moved.buf
+	return n, err
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/retinadb/retina/internal/failpoint"
 	"github.com/retinadb/retina/internal/mirror"
 	"github.com/retinadb/retina/internal/replay"
-	"github.com/retinadb/retina/internal/visibility"
 )
 
 // Storage GC, the node's part: a loop rewrites the files whose versions
@@ -137,10 +136,7 @@ func (n *Node) sealStaleFilling(ctx context.Context) error {
 			if !ok {
 				continue
 			}
-			stale, err := counter.count(vis, 0, rows)
-			if errors.Is(err, visibility.ErrSnapshotTooOld) {
-				continue // folded past the bound read a moment ago: next round
-			}
+			stale, err := counter.countAtBound(vis, 0, rows, n.gcBoundNow(ctx))
 			if err != nil {
 				return fmt.Errorf("file %d: %w", id, err)
 			}
@@ -211,7 +207,7 @@ func (n *Node) rewriteOnce(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	at := n.gcBound(w.LWM)
-	t, rp, files, err := n.pickRewrite(at)
+	t, rp, files, err := n.pickRewrite(ctx, at)
 	if err != nil || files == nil {
 		return false, err
 	}
@@ -300,7 +296,7 @@ func chooseRewrite(files []fileStat, share float64, capacity int64) []uint64 {
 }
 
 // pickRewrite finds the next files to rewrite, with their table and owner.
-func (n *Node) pickRewrite(at uint64) (*catalog.Table, *replay.Replayer, []*catalog.File, error) {
+func (n *Node) pickRewrite(ctx context.Context, at uint64) (*catalog.Table, *replay.Replayer, []*catalog.File, error) {
 	capacity := int64(n.Config.BlockRows) * int64(n.Config.FileBlocks)
 	snap := n.Catalog.Snapshot()
 	n.gc.mu.Lock()
@@ -318,12 +314,7 @@ func (n *Node) pickRewrite(at uint64) (*catalog.Table, *replay.Replayer, []*cata
 			if !ok || rows == 0 {
 				continue
 			}
-			stale, err := counter.count(vis, 0, rows)
-			if errors.Is(err, visibility.ErrSnapshotTooOld) {
-				// Memory GC folded it past this round's bound, read a
-				// moment before: the next round looks at it again.
-				continue
-			}
+			stale, err := counter.countAtBound(vis, 0, rows, n.gcBoundNow(ctx))
 			if err != nil {
 				return nil, nil, nil, fmt.Errorf("file %d of %s: %w", f.ID, t.Name, err)
 			}

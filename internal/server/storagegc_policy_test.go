@@ -2,7 +2,10 @@ package server
 
 import (
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/retinadb/retina/internal/visibility"
 )
 
 func TestChooseRewrite(t *testing.T) {
@@ -48,5 +51,36 @@ func TestSealEarly(t *testing.T) {
 		if got := sealEarly(c.rows, c.stale, capacity, 0.5); got != c.want {
 			t.Errorf("%s: %d rows, %d stale: got %v", c.name, c.rows, c.stale, got)
 		}
+	}
+}
+
+// TestStaleCountAfterMemoryGCMovedOn: a GC round's bound read before memory
+// GC collected the file past it (the low watermark moved on) counts at the
+// collected point, not skipping the file; a collected point above what the
+// low watermark allows now is reported as the broken invariant it is.
+func TestStaleCountAfterMemoryGCMovedOn(t *testing.T) {
+	vis, err := visibility.NewRowGroup(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []struct {
+		row uint32
+		ts  uint64
+	}{{1, 5}, {2, 7}, {3, 9}} {
+		if err := vis.Delete(d.row, d.ts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bound := func(ts uint64) func() (uint64, error) { return func() (uint64, error) { return ts, nil } }
+	c := &staleCounter{at: 6} // the round's bound
+	if n, err := c.countAtBound(vis, 0, 100, bound(6)); err != nil || n != 1 {
+		t.Fatalf("before memory GC: %d stale, %v; want 1", n, err)
+	}
+	vis.Collect(8) // the low watermark moved on to 8
+	if n, err := c.countAtBound(vis, 0, 100, bound(8)); err != nil || n != 2 {
+		t.Fatalf("memory GC at 8, the round's bound 6: %d stale, %v; want the 2 deleted at 8", n, err)
+	}
+	if _, err := c.countAtBound(vis, 0, 100, bound(7)); err == nil || !strings.Contains(err.Error(), "collected its visibility to 8, above 7") {
+		t.Fatalf("memory GC at 8 with the low watermark allowing 7: %v, want the broken invariant named", err)
 	}
 }
