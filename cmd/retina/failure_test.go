@@ -462,7 +462,10 @@ func TestServeRecoversAfterKill(t *testing.T) {
 		}
 		if kill == 2 {
 			deadline := time.Now().Add(30 * time.Second)
-			for s.metric("retina_checkpoints_total") < 1 && time.Now().Before(deadline) {
+			for s.metric("retina_checkpoints_total") < 1 {
+				if time.Now().After(deadline) {
+					t.Fatal("no checkpoint within 30 s at a 1 s interval: the kill after a checkpoint cannot be tested")
+				}
 				time.Sleep(20 * time.Millisecond)
 			}
 		}

@@ -367,8 +367,14 @@ const stallAfter = 30 * time.Second
 
 func (c *crashing) Next(ctx context.Context) (cdc.Message, error) {
 	if c.given == c.n {
-		for i := 0; i < 2000 && c.sink.Stats().Messages < uint64(c.given); i++ {
-			time.Sleep(time.Millisecond) // let the sink catch up with what it read
+		// The crash point is after the sink took every message given: it
+		// must catch up, or the test would crash somewhere else.
+		deadline := time.Now().Add(stallAfter)
+		for c.sink.Stats().Messages < uint64(c.given) {
+			if time.Now().After(deadline) {
+				return cdc.Message{}, fmt.Errorf("the sink took %d of the %d messages given in %s: it does not reach the crash point", c.sink.Stats().Messages, c.given, stallAfter)
+			}
+			time.Sleep(time.Millisecond)
 		}
 		c.cancel()
 		return cdc.Message{}, context.Canceled
