@@ -214,7 +214,7 @@ func (s *Session) run(ctx context.Context, st sqlparser.Statement, bind map[stri
 		}
 		return &sqltypes.Result{}, nil
 	case *sqlparser.TruncateTable:
-		return nil, unsupported("TRUNCATE TABLE; use DELETE FROM")
+		return nil, errorf(ErUnsupported, "TRUNCATE TABLE is not supported: use DELETE FROM, which empties the table in one transaction")
 	case *sqlparser.Analyze, *sqlparser.OtherAdmin:
 		return &sqltypes.Result{}, nil
 	case *sqlparser.Show:
