@@ -91,8 +91,10 @@ type assembler struct {
 	fifo     []string
 	dropped  []cdc.Position
 	// spare holds change slices handed back by recycle, for new
-	// transactions to fill instead of growing their own.
-	spare [][]cdc.Record
+	// transactions to fill instead of growing their own; spareSnapshot is
+	// a snapshot batch's, for the next batch of a copy.
+	spare         [][]cdc.Record
+	spareSnapshot []cdc.Record
 }
 
 // maxSpare bounds the recycled change slices kept, and maxSpareCap their
@@ -104,6 +106,11 @@ const maxSpare, maxSpareCap = 64, 256
 // them any more. A spare slice is all zero: it was zero when new, and
 // only its first len(changes) records were ever set.
 func (a *assembler) recycle(changes []cdc.Record) {
+	if cap(changes) > maxSpareCap && cap(changes) <= a.snapshotBatch && a.spareSnapshot == nil {
+		clear(changes)
+		a.spareSnapshot = changes[:0]
+		return
+	}
 	if cap(changes) == 0 || cap(changes) > maxSpareCap {
 		return
 	}
@@ -133,7 +140,11 @@ func newAssembler(snapshotBatch int) *assembler {
 func (a *assembler) add(r cdc.Record) error {
 	if r.Kind == cdc.Change && r.TxID == "" && r.Op == cdc.OpRead {
 		if a.snapshot == nil {
-			a.snapshot = make([]cdc.Record, 0, max(a.snapshotCap, 64))
+			if a.spareSnapshot != nil {
+				a.snapshot, a.spareSnapshot = a.spareSnapshot, nil
+			} else {
+				a.snapshot = make([]cdc.Record, 0, max(a.snapshotCap, 64))
+			}
 		}
 		a.snapshot = append(a.snapshot, r)
 		if len(a.snapshot) >= a.snapshotBatch {
