@@ -300,11 +300,16 @@ func (r *Replayer) opError(s *step, err error) *OpError {
 }
 
 func pick(row []any, cols []int) []any {
-	out := make([]any, len(cols))
-	for i, c := range cols {
-		out[i] = row[c]
+	return pickInto(make([]any, 0, len(cols)), row, cols)
+}
+
+// pickInto is pick appending to dst: a key's values only while its
+// encoding is built, in scratch space rather than a new slice a row.
+func pickInto(dst []any, row []any, cols []int) []any {
+	for _, c := range cols {
+		dst = append(dst, row[c])
 	}
-	return out
+	return dst
 }
 
 // prepare resolves the table and builds the keys of one operation.
@@ -316,6 +321,7 @@ func (r *Replayer) prepare(s *step) error {
 	}
 	s.st = st
 	pk := st.table.PrimaryIndexID
+	var scratch [8]any // key values, while a key is encoded
 	key := func(vals []any) (index.Key, error) { return r.cfg.Index.Key(pk, vals...) }
 	needRow := func() error {
 		if op.Row == nil {
@@ -331,9 +337,9 @@ func (r *Replayer) prepare(s *step) error {
 		case op.Key != nil:
 			return key(op.Key)
 		case op.Before != nil && len(op.Before) == len(st.cols):
-			return key(pick(op.Before, st.keys))
+			return key(pickInto(scratch[:0], op.Before, st.keys))
 		case op.Kind == change.Update && op.Row != nil:
-			return key(pick(op.Row, st.keys))
+			return key(pickInto(scratch[:0], op.Row, st.keys))
 		}
 		return index.Key{}, fmt.Errorf("%s without a key or before image", op.Kind)
 	}
@@ -345,14 +351,14 @@ func (r *Replayer) prepare(s *step) error {
 		if err := needRow(); err != nil {
 			return err
 		}
-		s.newKey, err = key(pick(op.Row, st.keys))
+		s.newKey, err = key(pickInto(scratch[:0], op.Row, st.keys))
 	case change.Delete:
 		s.oldKey, err = oldKey()
 	case change.Update:
 		if err := needRow(); err != nil {
 			return err
 		}
-		if s.newKey, err = key(pick(op.Row, st.keys)); err != nil {
+		if s.newKey, err = key(pickInto(scratch[:0], op.Row, st.keys)); err != nil {
 			return err
 		}
 		s.oldKey, err = oldKey()
