@@ -216,22 +216,25 @@ func (s *Source) truncateAll(ctx context.Context, stream, id string, tables []*t
 func quoteIdent(name string) string { return "`" + strings.ReplaceAll(name, "`", "``") + "`" }
 
 // copyTable streams one table's rows and delivers each as a snapshot read.
-// FLOAT is read as DOUBLE: the text protocol prints it rounded to six
-// digits, DOUBLE keeps the stored single-precision value exactly.
+// The rows come in the binary protocol (a prepared statement): numbers as
+// they are stored, FLOAT's single-precision value exactly, and neither
+// side printing and parsing them as text.
 func (s *Source) copyTable(ctx context.Context, c *client.Conn, t *table, stream string, off *int64) error {
 	cols := make([]string, len(t.Cols))
 	for i, col := range t.Cols {
 		cols[i] = quoteIdent(col.Name)
-		if col.Kind == kFloat {
-			cols[i] = "CAST(" + cols[i] + " AS DOUBLE)"
-		}
 	}
 	sql := "SELECT " + strings.Join(cols, ", ") + " FROM " + quoteIdent(t.Database) + "." + quoteIdent(t.Name)
+	stmt, err := c.Prepare(sql)
+	if err != nil {
+		return fmt.Errorf("mysql source %s: copy %s: prepare %s: %w", s.opts.Display, t, sql, err)
+	}
+	defer stmt.Close()
 	name := t.String()
 	var alloc rowAlloc
 	var result gomysql.Result
 	var emitErr error
-	err := c.ExecuteSelectStreaming(sql, &result, func(row []gomysql.FieldValue) error {
+	err = stmt.ExecuteSelectStreaming(&result, func(row []gomysql.FieldValue) error {
 		out := alloc.values(len(t.retina.Schema.Columns))
 		for i := range row {
 			if b, ok := t.Cols[i].text(&row[i]); ok {

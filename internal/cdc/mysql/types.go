@@ -181,9 +181,9 @@ func (c *column) value(v any) (any, error) {
 	return out, nil
 }
 
-// field is value for a value of the client's text protocol, converted
-// without boxing the raw value first in the common cases (the copy's hot
-// path).
+// field is value for a value the client read (the copy's binary protocol),
+// converted without boxing the raw value first in the common cases (the
+// copy's hot path).
 func (c *column) field(fv *gomysql.FieldValue) (any, error) {
 	switch fv.Type {
 	case gomysql.FieldValueTypeNull:
