@@ -155,7 +155,7 @@ func (c *column) prepare() error {
 var errZeroDate = errors.New("a zero date (or a date with a zero month or day) has no Retina value: set sql_mode NO_ZERO_DATE,NO_ZERO_IN_DATE and update such rows to NULL or a real date")
 
 // value turns one column's value, as the binlog decoder or the client
-// (text protocol) gives it, into its Retina value. The caller names the
+// (the copy's binary protocol) gives it, into its Retina value. The caller names the
 // table and the position; the error names the column.
 func (c *column) value(v any) (any, error) {
 	if v == nil {
