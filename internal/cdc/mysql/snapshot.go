@@ -218,11 +218,17 @@ func quoteIdent(name string) string { return "`" + strings.ReplaceAll(name, "`",
 // copyTable streams one table's rows and delivers each as a snapshot read.
 // The rows come in the binary protocol (a prepared statement): numbers as
 // they are stored, FLOAT's single-precision value exactly, and neither
-// side printing and parsing them as text.
+// side printing and parsing them as text. Dates and times are asked for
+// as text, which the server prints more cheaply than the client library
+// formats their binary form.
 func (s *Source) copyTable(ctx context.Context, c *client.Conn, t *table, stream string, off *int64) error {
 	cols := make([]string, len(t.Cols))
 	for i, col := range t.Cols {
 		cols[i] = quoteIdent(col.Name)
+		switch col.Kind {
+		case kDate, kDatetime, kTimestamp, kTime:
+			cols[i] = "CAST(" + cols[i] + " AS CHAR)"
+		}
 	}
 	sql := "SELECT " + strings.Join(cols, ", ") + " FROM " + quoteIdent(t.Database) + "." + quoteIdent(t.Name)
 	stmt, err := c.Prepare(sql)
