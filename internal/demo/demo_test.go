@@ -21,7 +21,10 @@ func TestDemoRunsAndReports(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	if rep.InvariantFailures != 0 || rep.InvariantChecks < 3 {
+	// The base data and the end state are always checked; checks during
+	// the stream come every second, as many as a loaded machine gets to
+	// in three seconds, so they are not counted here.
+	if rep.InvariantFailures != 0 || rep.InvariantChecks < 2 {
 		t.Fatalf("invariants: %d of %d failed: %v", rep.InvariantFailures, rep.InvariantChecks, rep.Failures)
 	}
 	if rep.FreshnessSamples == 0 || rep.RowsChanged == 0 || rep.Transactions == 0 || rep.LiveRows == 0 {
