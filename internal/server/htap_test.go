@@ -24,28 +24,18 @@ import (
 // htapRun is `retina serve --mysql-addr`: the OLTP store and Retina in one
 // process.
 type htapRun struct {
-	srv    *server.Server
-	stop   context.CancelFunc
-	done   chan error
+	*pgRun
 	mysql  *sql.DB
 	retina *pgx.Conn
 }
 
 func startHTAP(t *testing.T, dir string) *htapRun {
 	t.Helper()
-	cfg := server.DefaultConfig()
-	cfg.DataDir, cfg.SQLAddr, cfg.HTTPAddr, cfg.MySQLAddr = dir, "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.OLTPMemoryTables = []string{"accounts"}
-	cfg.CheckpointInterval = time.Second
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	srv, err := server.Start(ctx, cfg, server.Options{Logger: servertest.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	r := &htapRun{srv: srv, stop: stop, done: make(chan error, 1)}
-	go func() { r.done <- srv.Run(runCtx) }()
+	r := &htapRun{pgRun: startServer(t, dir, servertest.Quiet(), func(cfg *server.Config) {
+		cfg.MySQLAddr, cfg.OLTPMemoryTables = "127.0.0.1:0", []string{"accounts"}
+	})}
+	srv := r.srv
+	var err error
 	r.mysql, err = sql.Open("mysql", fmt.Sprintf("root@tcp(%s)/app?timeout=5s&readTimeout=30s&writeTimeout=30s", srv.MySQLAddr()))
 	if err != nil {
 		t.Fatal(err)
@@ -58,10 +48,7 @@ func (r *htapRun) close(t *testing.T) {
 	t.Helper()
 	r.mysql.Close()
 	r.retina.Close(context.Background())
-	r.stop()
-	if err := <-r.done; err != nil {
-		t.Fatalf("retina stopped with: %v", err)
-	}
+	r.pgRun.close(t)
 }
 
 func (r *htapRun) exec(t *testing.T, stmts ...string) {

@@ -410,19 +410,10 @@ func TestMySQLAndPostgresSourcesTogether(t *testing.T) {
 	myExec(t, m, "shop", "CREATE TABLE orders (id int PRIMARY KEY, total decimal(10,2))", "INSERT INTO orders VALUES (1, 9.50)")
 	_, dsn, pg := startPostgres(t)
 	exec(t, pg, "CREATE TABLE stock (sku int PRIMARY KEY, qty int)", "INSERT INTO stock VALUES (7, 3)")
-	cfg := server.DefaultConfig()
-	cfg.DataDir, cfg.SQLAddr, cfg.HTTPAddr = t.TempDir(), "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Sources = []string{m.URI("shop", ""), dsn + "&slot=together&publication=together"}
-	cfg.CheckpointInterval = time.Second
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	srv, err := server.Start(ctx, cfg, server.Options{Logger: servertest.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	r := &pgRun{srv: srv, stop: stop, done: make(chan error, 1)}
-	go func() { r.done <- srv.Run(runCtx) }()
+	r := startServer(t, t.TempDir(), servertest.Quiet(), func(cfg *server.Config) {
+		cfg.Sources = []string{m.URI("shop", ""), dsn + "&slot=together&publication=together"}
+	})
+	srv := r.srv
 	defer r.close(t)
 	retina := connect(t, "postgres://retina@"+srv.SQLAddr()+"/retina?sslmode=disable")
 	myExec(t, m, "shop", "INSERT INTO orders VALUES (2, 1.25)")

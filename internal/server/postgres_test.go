@@ -45,10 +45,17 @@ func startRetina(t *testing.T, dir, source string) *pgRun {
 
 func startRetinaLogged(t *testing.T, dir, source string, lg *slog.Logger) *pgRun {
 	t.Helper()
+	return startServer(t, dir, lg, func(cfg *server.Config) { cfg.Sources = []string{source} })
+}
+
+// startServer runs a server on dir with loopback endpoints, a 1 s
+// checkpoint interval, and what set changes.
+func startServer(t *testing.T, dir string, lg *slog.Logger, set func(*server.Config)) *pgRun {
+	t.Helper()
 	cfg := server.DefaultConfig()
 	cfg.DataDir, cfg.SQLAddr, cfg.HTTPAddr = dir, "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Sources = []string{source}
 	cfg.CheckpointInterval = time.Second
+	set(&cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	srv, err := server.Start(ctx, cfg, server.Options{Logger: lg})
