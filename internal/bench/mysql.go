@@ -140,7 +140,7 @@ func MySQL(ctx context.Context, r *Report, cfg MySQLConfig) error {
 	}
 	defer hc.Close()
 	heartbeatID := int64(0)
-	load := sourceLoad{start: start, caughtUp: caughtUp, heartbeat: cfg.Heartbeat, checkEvery: cfg.CheckEvery, tailLog: tailLog,
+	load := sourceLoad{start: start, caughtUp: caughtUp, killAfter: killHalfway(cfg.Kill, cfg.Duration), heartbeat: cfg.Heartbeat, checkEvery: cfg.CheckEvery, tailLog: tailLog,
 		load: func(ctx context.Context) error {
 			var err error
 			runOut, err = gotpc(ctx, "run", "--time", cfg.Duration.String())
@@ -163,17 +163,10 @@ func MySQL(ctx context.Context, r *Report, cfg MySQLConfig) error {
 			return strings.Join(broken, "; "), err
 		},
 	}
-	if cfg.Kill {
-		load.killAfter = cfg.Duration / 2
-	}
-	res, cur, retinaNow, err := load.run(ctx, r, c, retina)
-	if cur != nil {
-		c = cur
-	}
+	res, err := load.run(ctx, r, &c, &retina)
 	if err != nil {
 		return err
 	}
-	retina = retinaNow
 	heartbeats, checks, failed, kills, restartCatchUp, catchUp, lags := res.heartbeats, res.checks, res.failed, res.kills, res.restartCatchUp, res.catchUpSecs, res.lags
 	failures := len(failed)
 	tpmC, _, err := parseGoTPC(runOut)

@@ -115,7 +115,7 @@ func Postgres(ctx context.Context, r *Report, cfg PostgresConfig) error {
 	}
 	defer hpg.Close(context.Background())
 	heartbeatID := int64(0)
-	load := sourceLoad{start: start, caughtUp: waitLSN, heartbeat: cfg.Heartbeat, checkEvery: cfg.CheckEvery, tailLog: tailLog,
+	load := sourceLoad{start: start, caughtUp: waitLSN, killAfter: killHalfway(cfg.Kill, cfg.Duration), heartbeat: cfg.Heartbeat, checkEvery: cfg.CheckEvery, tailLog: tailLog,
 		load: func(ctx context.Context) error {
 			var err error
 			pgbenchOut, err = cl.Run(ctx, "postgres", "pgbench", "-n", "-c", strconv.Itoa(cfg.Clients), "-j", "2",
@@ -143,17 +143,10 @@ func Postgres(ctx context.Context, r *Report, cfg PostgresConfig) error {
 			return "the balances disagree", nil
 		},
 	}
-	if cfg.Kill {
-		load.killAfter = cfg.Duration / 2
-	}
-	res, cur, retinaNow, err := load.run(ctx, r, c, retina)
-	if cur != nil {
-		c = cur
-	}
+	res, err := load.run(ctx, r, &c, &retina)
 	if err != nil {
 		return err
 	}
-	retina = retinaNow
 	heartbeats, checks, invariantFailures, kills, restartCatchUp, catchUp, lags := res.heartbeats, res.checks, len(res.failed), res.kills, res.restartCatchUp, res.catchUpSecs, res.lags
 	tps := 0.0
 	if m := regexp.MustCompile(`tps = ([0-9.]+)`).FindSubmatch(pgbenchOut); m != nil {

@@ -30,7 +30,8 @@ type sourceLoad struct {
 	// nothing).
 	check                 func(ctx context.Context, conn *pgx.Conn) (string, error)
 	heartbeat, checkEvery time.Duration
-	// killAfter, when not zero, is when Retina is killed and restarted.
+	// killAfter, when not zero, is when Retina is killed and restarted
+	// (killHalfway).
 	killAfter time.Duration
 	tailLog   func() string
 }
@@ -44,9 +45,19 @@ type loadResult struct {
 	loadErr                     error
 }
 
-// run runs the load with Retina c (connected as retina) and returns the
-// Retina process and connection current at the end.
-func (l sourceLoad) run(ctx context.Context, r *Report, c *child, retina *pgx.Conn) (loadResult, *child, *pgx.Conn, error) {
+// killHalfway is the killAfter of a run of length d: halfway, or never.
+func killHalfway(kill bool, d time.Duration) time.Duration {
+	if kill {
+		return d / 2
+	}
+	return 0
+}
+
+// run runs the load with Retina *proc (connected as *conn), leaving in
+// them the Retina process and connection current at the end.
+func (l sourceLoad) run(ctx context.Context, r *Report, proc **child, conn **pgx.Conn) (loadResult, error) {
+	c, retina := *proc, *conn
+	defer func() { *proc, *conn = c, retina }()
 	var res loadResult
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
@@ -160,7 +171,7 @@ func (l sourceLoad) run(ctx context.Context, r *Report, c *child, retina *pgx.Co
 			if err != nil {
 				stopRun()
 				wg.Wait()
-				return res, nil, nil, fmt.Errorf("restart after the kill: %w", err)
+				return res, fmt.Errorf("restart after the kill: %w", err)
 			}
 			mu.Lock()
 			cur, c = nc, nc
@@ -169,7 +180,7 @@ func (l sourceLoad) run(ctx context.Context, r *Report, c *child, retina *pgx.Co
 			if err := l.caughtUp(retina); err != nil {
 				stopRun()
 				wg.Wait()
-				return res, c, retina, fmt.Errorf("catch up after the kill: %w; retina's log ends:\n%s", err, l.tailLog())
+				return res, fmt.Errorf("catch up after the kill: %w; retina's log ends:\n%s", err, l.tailLog())
 			}
 			mu.Lock()
 			outageTo = time.Now()
@@ -182,14 +193,14 @@ func (l sourceLoad) run(ctx context.Context, r *Report, c *child, retina *pgx.Co
 	ended := time.Now()
 	wg.Wait()
 	if res.loadErr != nil {
-		return res, c, retina, res.loadErr
+		return res, res.loadErr
 	}
 	if err := l.caughtUp(retina); err != nil {
-		return res, c, retina, fmt.Errorf("catch up after the load: %w", err)
+		return res, fmt.Errorf("catch up after the load: %w", err)
 	}
 	res.catchUpSecs = time.Since(ended).Seconds()
 	slices.Sort(res.lags)
-	return res, c, retina, nil
+	return res, nil
 }
 
 // serveOn returns how to start `retina serve` on source as a child process
