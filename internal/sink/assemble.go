@@ -80,11 +80,7 @@ type assembler struct {
 	open          map[string]*pendingTxn
 	ends          []string // transaction ids in END order
 	snapshot      []cdc.Record
-	// snapshotCap sizes the next snapshot batch's slice as the last one
-	// was: during a copy, batches (full, or cut by the idle flush) come
-	// one after another at much the same size.
-	snapshotCap int
-	out         []Txn
+	out           []Txn
 	// Recently released transactions: a late redelivered message of one is
 	// dropped instead of opening the transaction again.
 	released map[string]struct{}
@@ -143,7 +139,7 @@ func (a *assembler) add(r cdc.Record) error {
 			if a.spareSnapshot != nil {
 				a.snapshot, a.spareSnapshot = a.spareSnapshot, nil
 			} else {
-				a.snapshot = make([]cdc.Record, 0, max(a.snapshotCap, 64))
+				a.snapshot = make([]cdc.Record, 0, 64)
 			}
 		}
 		a.snapshot = append(a.snapshot, r)
@@ -227,7 +223,6 @@ func (a *assembler) flushSnapshot() {
 		}
 	}
 	a.out = append(a.out, t)
-	a.snapshotCap = min(len(a.snapshot), a.snapshotBatch)
 	a.snapshot = nil
 }
 
